@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs the Debian packages snag's tests and benchmarks use. Needs root (or sudo).
+#   tests: iproute2 (ss)   benchmark: wrk, nginx, haproxy   capture checks: tshark
+set -euo pipefail
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends iproute2 wrk nginx haproxy tshark python3

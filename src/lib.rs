@@ -1,0 +1,159 @@
+//! snag: a fault-injection interposer and load-balancer test bench.
+//!
+//! # Layout
+//!
+//! - [`cli`]: clap types; [`run`] dispatches a parsed [`cli::Cli`].
+//! - [`proxy`]: one listener per upstream, listener faults, and [`proxy::relay`], which
+//!   moves bytes of one connection through the fault stages.
+//! - [`fault`]: what a fault is, its inline form, the per-direction chain, one file
+//!   per stage, and [`fault::file`] for `faults/*.toml`.
+//! - [`lab`]: backends for demos and tests; [`demo`]: the README's main job.
+//! - [`shutdown`], [`seed`]: leaves every long-lived task and random choice uses.
+
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod cli;
+pub mod demo;
+pub mod fault;
+pub mod lab;
+pub mod proxy;
+pub mod seed;
+pub mod shutdown;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::time::Instant;
+
+use crate::{
+    cli::{Cli, Command, ProxyArgs},
+    fault::file::{Action, Change, ProxySpec, Scenario},
+    proxy::{Options, Proxy},
+    shutdown::Shutdown,
+};
+
+/// Runs one subcommand until it is done or `shutdown` fires.
+pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Proxy(args) => run_proxies(args, shutdown).await,
+        Command::Demo(args) => demo::run(args, shutdown).await,
+    }
+}
+
+/// Whether `err` is the user's input being wrong (exit code 2) rather than a failure.
+pub fn is_usage_error(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.is::<fault::file::Error>())
+}
+
+async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+    let scenario = match &args.file {
+        Some(path) => fault::file::load(path)?,
+        None => Scenario {
+            seed: None,
+            proxies: vec![ProxySpec {
+                name: args.name.clone(),
+                listen: args.listen.context("--listen is required without --file")?,
+                upstream: args
+                    .upstream
+                    .clone()
+                    .context("--upstream is required without --file")?,
+                faults: args.faults.clone(),
+                timeline: Vec::new(),
+            }],
+        },
+    };
+    let seed = args.seed.or(scenario.seed).unwrap_or_else(|| {
+        let seed = seed::fresh();
+        println!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
+        seed
+    });
+    let options = Options {
+        on_upstream_error: args.on_upstream_error,
+        connect_timeout: args.connect_timeout,
+    };
+    let running = start(&scenario, seed, options, &shutdown)?;
+    let width = running
+        .iter()
+        .map(|r| r.proxy.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(5);
+    println!(
+        "{:width$}  {:21}  {:21}  faults",
+        "proxy", "listen", "upstream"
+    );
+    for r in &running {
+        let faults: Vec<String> = r.proxy.faults().iter().map(|f| f.name.clone()).collect();
+        println!(
+            "{:width$}  {:21}  {:21}  {}",
+            r.proxy.name,
+            r.addr.to_string(),
+            r.proxy.upstream,
+            faults.join(", ")
+        );
+    }
+    for r in running {
+        r.task.await.context("proxy task failed")??;
+    }
+    Ok(())
+}
+
+/// A proxy started by [`start`].
+pub struct Running {
+    /// Its shared state, for changing faults.
+    pub proxy: Arc<Proxy>,
+    /// The address it actually listens on.
+    pub addr: std::net::SocketAddr,
+    /// Ends after `shutdown`, once its connections are closed.
+    pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Binds and serves every proxy of `scenario`, and plays each one's timeline from now.
+pub fn start(
+    scenario: &Scenario,
+    seed: u64,
+    options: Options,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Vec<Running>> {
+    let mut running = Vec::new();
+    let t0 = Instant::now();
+    for spec in &scenario.proxies {
+        let listener = proxy::socket::bind(spec.listen)
+            .with_context(|| format!("proxy `{}`: could not bind {}", spec.name, spec.listen))?;
+        let addr = listener.local_addr()?;
+        let proxy = Proxy::new(
+            spec.name.clone(),
+            spec.upstream.clone(),
+            seed,
+            options,
+            spec.faults.clone(),
+        )?;
+        let task = tokio::spawn(proxy::serve(listener, proxy.clone(), shutdown.clone()));
+        tokio::spawn(play(
+            proxy.clone(),
+            spec.timeline.clone(),
+            t0,
+            shutdown.clone(),
+        ));
+        running.push(Running { proxy, addr, task });
+    }
+    Ok(running)
+}
+
+/// Applies `timeline` to `proxy` at its offsets from `t0`, until done or `shutdown`.
+pub async fn play(proxy: Arc<Proxy>, timeline: Vec<Change>, t0: Instant, shutdown: Shutdown) {
+    for change in timeline {
+        tokio::select! {
+            _ = shutdown.wait() => return,
+            _ = tokio::time::sleep_until(t0 + change.at) => {}
+        }
+        let done = match change.action {
+            Action::Add(fault) => proxy.add_fault(fault),
+            Action::Remove(name) => proxy.remove_fault(&name).map(drop),
+        };
+        if let Err(err) = done {
+            tracing::warn!(proxy = %proxy.name, %err, "timeline change not applied");
+        }
+    }
+}

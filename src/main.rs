@@ -1,0 +1,22 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use snag::{cli::Cli, shutdown::Shutdown};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime can be built on this machine");
+    match runtime.block_on(async { snag::run(cli, Shutdown::on_signals()).await }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("snag: {err:#}");
+            ExitCode::from(if snag::is_usage_error(&err) { 2 } else { 1 })
+        }
+    }
+}

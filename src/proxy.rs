@@ -1,0 +1,328 @@
+//! The interposer: one listener per upstream, an accept loop that applies the
+//! listener faults (`down`, `syn_drop`), and one relay task per connection.
+
+pub mod relay;
+pub mod socket;
+
+use std::{
+    collections::HashSet,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::watch,
+    time::timeout,
+};
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use self::relay::{Ending, Faults, OnUpstreamError, Side};
+use crate::{
+    fault::{ConnId, Fault, Kind},
+    shutdown::Shutdown,
+};
+
+/// How a proxy treats its upstream.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// What the client gets when the upstream refuses or resets.
+    pub on_upstream_error: OnUpstreamError,
+    /// How long a connect to the upstream may take before it counts as refused.
+    pub connect_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            on_upstream_error: OnUpstreamError::Reset,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A proxy's state shared by its accept loop, its connections and whoever changes
+/// its faults (timeline, control API).
+#[derive(Debug)]
+pub struct Proxy {
+    /// Unique name.
+    pub name: String,
+    /// Where connections go, `host:port`.
+    pub upstream: String,
+    seed: u64,
+    options: Options,
+    faults: watch::Sender<Arc<Vec<Arc<Fault>>>>,
+    /// Serialises changes so check-then-modify is atomic.
+    edit: Mutex<()>,
+    next_conn: AtomicU64,
+}
+
+/// A fault change that could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FaultError {
+    /// Names are unique across both directions.
+    #[error("fault `{0}` already exists")]
+    Exists(String),
+    /// No fault of that name.
+    #[error("no fault `{0}`")]
+    NotFound(String),
+}
+
+impl Proxy {
+    /// A proxy to `upstream` with `faults` on from the start. `seed` drives every
+    /// random choice its faults make.
+    pub fn new(
+        name: String,
+        upstream: String,
+        seed: u64,
+        options: Options,
+        faults: Vec<Fault>,
+    ) -> Result<Arc<Proxy>, FaultError> {
+        let proxy = Proxy {
+            name,
+            upstream,
+            seed,
+            options,
+            faults: watch::Sender::new(Arc::new(Vec::new())),
+            edit: Mutex::new(()),
+            next_conn: AtomicU64::new(0),
+        };
+        for fault in faults {
+            proxy.add_fault(fault)?;
+        }
+        Ok(Arc::new(proxy))
+    }
+
+    /// The faults now on, in the order they were added.
+    pub fn faults(&self) -> Vec<Fault> {
+        self.faults.borrow().iter().map(|f| (**f).clone()).collect()
+    }
+
+    /// Adds a fault at the end of its direction's chain; open connections get it
+    /// before their next chunk.
+    pub fn add_fault(&self, fault: Fault) -> Result<(), FaultError> {
+        let _edit = self
+            .edit
+            .lock()
+            .expect("no code panics while holding the edit lock");
+        let current = self.faults.borrow().clone();
+        if current.iter().any(|f| f.name == fault.name) {
+            return Err(FaultError::Exists(fault.name));
+        }
+        info!(proxy = %self.name, fault = %fault.name, kind = fault.kind.type_name(), stream = %fault.stream, "fault added");
+        let mut next = (*current).clone();
+        next.push(Arc::new(fault));
+        self.faults.send_replace(Arc::new(next));
+        Ok(())
+    }
+
+    /// Removes a fault by name; what it was holding is released at once.
+    pub fn remove_fault(&self, name: &str) -> Result<Fault, FaultError> {
+        let _edit = self
+            .edit
+            .lock()
+            .expect("no code panics while holding the edit lock");
+        let current = self.faults.borrow().clone();
+        let index = current
+            .iter()
+            .position(|f| f.name == name)
+            .ok_or_else(|| FaultError::NotFound(name.to_string()))?;
+        let mut next = (*current).clone();
+        let removed = next.remove(index);
+        info!(proxy = %self.name, fault = %name, "fault removed");
+        self.faults.send_replace(Arc::new(next));
+        Ok((*removed).clone())
+    }
+
+    fn listener_state(faults: &[Arc<Fault>]) -> Listening {
+        if faults.iter().any(|f| f.kind == Kind::Down) {
+            Listening::Down
+        } else if faults.iter().any(|f| f.kind == Kind::SynDrop) {
+            Listening::SynDrop
+        } else {
+            Listening::Accepting
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listening {
+    Accepting,
+    Down,
+    SynDrop,
+}
+
+/// Serves `proxy` on `listener` until `shutdown`, then waits for its connections to
+/// end (they end on the same signal). Errors only if the listener cannot be set up;
+/// accept errors (EMFILE …) back off and retry.
+pub async fn serve(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    let mut faults = proxy.faults.subscribe();
+    let mut listener = Some(listener);
+    let mut plugs = Plugs::default();
+    let tracker = TaskTracker::new();
+    info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream, "listening");
+    loop {
+        let state = Proxy::listener_state(&faults.borrow_and_update());
+        match state {
+            Listening::Down if listener.is_some() => {
+                listener = None;
+                info!(proxy = %proxy.name, %addr, "listener closed (down)");
+            }
+            Listening::Accepting | Listening::SynDrop if listener.is_none() => {
+                match socket::bind(addr) {
+                    Ok(l) => {
+                        info!(proxy = %proxy.name, %addr, "listening again");
+                        listener = Some(l);
+                    }
+                    Err(err) => {
+                        warn!(proxy = %proxy.name, %addr, %err, "could not listen again; waiting for the next change")
+                    }
+                }
+            }
+            _ => {}
+        }
+        if let Some(l) = &listener {
+            if state == Listening::SynDrop && plugs.streams.is_empty() {
+                plugs.fill(l, addr).await;
+            } else if state != Listening::SynDrop && !plugs.streams.is_empty() {
+                plugs.drain(l);
+            }
+        }
+        let accepting = state != Listening::SynDrop && listener.is_some();
+        tokio::select! {
+            biased;
+            _ = shutdown.wait() => break,
+            changed = faults.changed() => if changed.is_err() { break },
+            accepted = async { listener.as_ref().expect("branch runs only with a listener").accept().await }, if accepting => {
+                match accepted {
+                    Ok((stream, peer)) if plugs.addrs.remove(&peer) => drop(stream),
+                    Ok((stream, peer)) => {
+                        let conn = proxy.next_conn.fetch_add(1, Ordering::Relaxed);
+                        let span = info_span!("conn", proxy = %proxy.name, id = conn, %peer);
+                        tracker.spawn(handle(stream, conn, proxy.clone(), faults.clone(), shutdown.clone()).instrument(span));
+                    }
+                    Err(err) => {
+                        // EMFILE and friends: let open connections finish and free
+                        // descriptors, then try again.
+                        warn!(proxy = %proxy.name, %err, "accept failed; retrying in 100 ms");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        }
+    }
+    drop(listener);
+    tracker.close();
+    tracker.wait().await;
+    Ok(())
+}
+
+/// Connections snag makes to its own listener to fill the accept queue for `syn_drop`.
+#[derive(Default)]
+struct Plugs {
+    streams: Vec<TcpStream>,
+    addrs: HashSet<SocketAddr>,
+}
+
+impl Plugs {
+    /// Shrinks the backlog to its minimum and connects to `addr` until the kernel's
+    /// accept queue is full: from then on it drops new SYNs (Linux does so even with
+    /// syncookies on), and clients see connect timeouts while the port stays open.
+    async fn fill(&mut self, listener: &TcpListener, addr: SocketAddr) {
+        if let Err(err) = socket::set_backlog(listener, 0) {
+            warn!(%err, "could not shrink the backlog for syn_drop");
+            return;
+        }
+        // Backlog 0 queues one connection; a few more tries cover connections that
+        // were in the queue already. A connect that times out means the queue is full.
+        for _ in 0..8 {
+            match timeout(Duration::from_millis(100), TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    if let Ok(local) = stream.local_addr() {
+                        self.addrs.insert(local);
+                    }
+                    self.streams.push(stream);
+                }
+                Ok(Err(err)) => {
+                    warn!(%err, "syn_drop plug connect failed");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+        warn!("accept queue did not fill after 8 connections; syn_drop may let some SYNs through");
+    }
+
+    fn drain(&mut self, listener: &TcpListener) {
+        if let Err(err) = socket::set_backlog(listener, socket::BACKLOG) {
+            warn!(%err, "could not restore the backlog after syn_drop");
+        }
+        // The server ends of the plugs are still queued; the accept loop discards
+        // them by peer address.
+        self.streams.clear();
+    }
+}
+
+async fn handle(
+    mut client: TcpStream,
+    conn: u64,
+    proxy: Arc<Proxy>,
+    faults: Faults,
+    shutdown: Shutdown,
+) {
+    let options = proxy.options;
+    let connect = timeout(
+        options.connect_timeout,
+        TcpStream::connect(proxy.upstream.as_str()),
+    )
+    .await;
+    let mut upstream = match connect {
+        Ok(Ok(stream)) => stream,
+        failed => {
+            let why = match failed {
+                Ok(Err(err)) => err.to_string(),
+                _ => format!("no answer within {:?}", options.connect_timeout),
+            };
+            debug!(upstream = %proxy.upstream, %why, "upstream connect failed");
+            if options.on_upstream_error == OnUpstreamError::Reset {
+                socket::reset_on_close(&client);
+            }
+            debug!(ending = ?Ending::Reset { by: Side::Upstream }, "connection done");
+            return;
+        }
+    };
+    // Chunks are relayed as they come; Nagle would add its own delay to every fault's.
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    let id = ConnId {
+        seed: proxy.seed,
+        proxy: &proxy.name,
+        conn,
+    };
+    let outcome = relay::run(
+        &mut client,
+        &mut upstream,
+        &faults,
+        id,
+        options.on_upstream_error,
+        &shutdown,
+    )
+    .await;
+    debug!(
+        sent_up = outcome.sent_up,
+        sent_down = outcome.sent_down,
+        faults = %outcome.applied.join(","),
+        ending = ?outcome.ending,
+        "connection done"
+    );
+}

@@ -1,0 +1,433 @@
+//! One connection: two directions, each `read → chain → ordered queue → write`, with
+//! half-close kept (a FIN one way while the other still flows) and resets made real.
+//!
+//! With no stage on a direction the relay takes a fast path: wait until the source is
+//! readable, read into a per-thread buffer, write straight on. An idle connection
+//! then holds no buffer at all. As soon as a fault applies, the direction switches to
+//! the staged path, and back once its chain and queue are empty again.
+
+use std::{cell::RefCell, collections::VecDeque, io, sync::Arc};
+
+use bytes::BytesMut;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{
+        TcpStream,
+        tcp::{ReadHalf, WriteHalf},
+    },
+    sync::watch,
+    time::{Instant, sleep_until},
+};
+use tokio_util::sync::CancellationToken;
+
+use super::socket::reset_on_close;
+use crate::{
+    fault::{Chain, ConnId, Direction, Fault, Kind, stage::Chunk, stage::Step},
+    shutdown::Shutdown,
+};
+
+/// The proxy's live fault list, as the relay watches it.
+pub type Faults = watch::Receiver<Arc<Vec<Arc<Fault>>>>;
+
+/// Who did something to a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Whoever connected to us (often the balancer).
+    Client,
+    /// Whom we dialled.
+    Upstream,
+    /// snag itself, because a fault said so.
+    Snag,
+}
+
+/// How a connection ended: data, not an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// Both sides sent FIN and it was passed on.
+    Eof,
+    /// Someone reset it.
+    Reset {
+        /// Who.
+        by: Side,
+    },
+    /// A fault ended it (limit_data, timeout, reset_peer, down …).
+    Fault {
+        /// The fault, or the faults applied to the direction that ended.
+        name: String,
+    },
+    /// snag shut down.
+    Shutdown,
+}
+
+/// What to do to the client when the upstream refuses or resets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OnUpstreamError {
+    /// RST the client, as a direct connection would have seen.
+    #[default]
+    Reset,
+    /// Close the client with FIN.
+    Close,
+}
+
+/// Totals of one relayed connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// How it ended.
+    pub ending: Ending,
+    /// Bytes written to the upstream.
+    pub sent_up: u64,
+    /// Bytes written to the client.
+    pub sent_down: u64,
+    /// Faults that applied to it at any time, in order.
+    pub applied: Vec<String>,
+}
+
+/// How much a direction may hold in its queue before it stops reading, so a slow
+/// link is felt by the sender through TCP flow control.
+const QUEUE_LIMIT: usize = 256 * 1024;
+/// Read size of both paths.
+const READ_SIZE: usize = 64 * 1024;
+
+thread_local! {
+    /// The fast path's read buffer: one per worker thread, none per connection.
+    static BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_SIZE]);
+}
+
+/// How one direction ended.
+#[derive(Debug)]
+enum End {
+    /// The source's FIN was passed on.
+    Eof,
+    /// A fault closed it towards the destination.
+    Closed,
+    /// A read or write failed: that side reset the connection.
+    PeerReset(Side),
+    /// A stage asked for RST.
+    Reset,
+    /// The proxy went `down`.
+    Down(String),
+    /// The other direction ended the connection.
+    Aborted,
+    Shutdown,
+}
+
+/// Relays between `client` and `upstream` until both directions end, then leaves the
+/// sockets ready to drop: with SO_LINGER 0 set where the ending was a reset.
+pub async fn run(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    faults: &Faults,
+    id: ConnId<'_>,
+    policy: OnUpstreamError,
+    shutdown: &Shutdown,
+) -> Outcome {
+    let abort = CancellationToken::new();
+    let mut applied = Vec::new();
+    let (up, down) = {
+        let (client_r, client_w) = client.split();
+        let (upstream_r, upstream_w) = upstream.split();
+        let mut up = Flow::new(
+            Direction::Upstream,
+            client_r,
+            upstream_w,
+            faults.clone(),
+            id,
+        );
+        let mut down = Flow::new(
+            Direction::Downstream,
+            upstream_r,
+            client_w,
+            faults.clone(),
+            id,
+        );
+        let (a, b) = tokio::join!(up.run(&abort, shutdown), down.run(&abort, shutdown));
+        applied.extend(up.applied);
+        for name in down.applied {
+            if !applied.contains(&name) {
+                applied.push(name);
+            }
+        }
+        ((a, up.sent), (b, down.sent))
+    };
+    let names = || applied.join("+");
+    let ending = match (&up.0, &down.0) {
+        (End::Reset, _) | (_, End::Reset) => {
+            reset_on_close(client);
+            reset_on_close(upstream);
+            Ending::Fault { name: names() }
+        }
+        (End::PeerReset(Side::Upstream), _) | (_, End::PeerReset(Side::Upstream)) => {
+            if policy == OnUpstreamError::Reset {
+                reset_on_close(client);
+            }
+            Ending::Reset { by: Side::Upstream }
+        }
+        (End::PeerReset(by), _) | (_, End::PeerReset(by)) => {
+            reset_on_close(upstream);
+            Ending::Reset { by: *by }
+        }
+        (End::Down(name), _) | (_, End::Down(name)) => Ending::Fault { name: name.clone() },
+        (End::Shutdown, _) | (_, End::Shutdown) => Ending::Shutdown,
+        (End::Closed, _) | (_, End::Closed) => Ending::Fault { name: names() },
+        _ => Ending::Eof,
+    };
+    Outcome {
+        ending,
+        sent_up: up.1,
+        sent_down: down.1,
+        applied,
+    }
+}
+
+/// One direction of one connection.
+struct Flow<'a> {
+    dir: Direction,
+    src: ReadHalf<'a>,
+    dst: WriteHalf<'a>,
+    faults: Faults,
+    id: ConnId<'a>,
+    chain: Chain,
+    queue: VecDeque<Step>,
+    queued: usize,
+    reset_at: Option<Instant>,
+    src_done: bool,
+    sent: u64,
+    applied: Vec<String>,
+}
+
+impl<'a> Flow<'a> {
+    fn new(
+        dir: Direction,
+        src: ReadHalf<'a>,
+        dst: WriteHalf<'a>,
+        faults: Faults,
+        id: ConnId<'a>,
+    ) -> Self {
+        Flow {
+            dir,
+            src,
+            dst,
+            faults,
+            id,
+            chain: Chain::default(),
+            queue: VecDeque::new(),
+            queued: 0,
+            reset_at: None,
+            src_done: false,
+            sent: 0,
+            applied: Vec::new(),
+        }
+    }
+
+    fn side(&self, of: Which) -> Side {
+        match (self.dir, of) {
+            (Direction::Upstream, Which::Src) | (Direction::Downstream, Which::Dst) => Side::Client,
+            _ => Side::Upstream,
+        }
+    }
+
+    async fn run(&mut self, abort: &CancellationToken, shutdown: &Shutdown) -> End {
+        let end = self.relay(abort, shutdown).await;
+        if !matches!(end, End::Eof | End::Closed) {
+            // Whatever ended this direction ends the connection: stop the other one.
+            abort.cancel();
+        }
+        end
+    }
+
+    async fn relay(&mut self, abort: &CancellationToken, shutdown: &Shutdown) -> End {
+        if let Some(end) = self.sync(false) {
+            return end;
+        }
+        loop {
+            if self.chain.is_empty() && self.queue.is_empty() && !self.src_done {
+                match self.fast(abort, shutdown).await {
+                    Some(end) => return end,
+                    None => {
+                        if let Some(end) = self.sync(true) {
+                            return end;
+                        }
+                        continue;
+                    }
+                }
+            }
+            let now = Instant::now();
+            let head_due = self.queue.front().map(Step::due);
+            let can_read = !self.src_done && self.queued < QUEUE_LIMIT;
+            let mut buf = BytesMut::new();
+            let mut out = Vec::new();
+            tokio::select! {
+                biased;
+                _ = abort.cancelled() => return End::Aborted,
+                _ = shutdown.wait() => return End::Shutdown,
+                _ = sleep_until(self.reset_at.unwrap_or(now)), if self.reset_at.is_some() => return End::Reset,
+                changed = self.faults.changed() => {
+                    if changed.is_err() {
+                        return End::Shutdown;
+                    }
+                    if let Some(end) = self.sync(true) {
+                        return end;
+                    }
+                }
+                _ = sleep_until(head_due.unwrap_or(now)), if head_due.is_some() => {
+                    if let Some(end) = self.send_head(abort, shutdown).await {
+                        return end;
+                    }
+                }
+                read = async { buf.reserve(READ_SIZE); self.src.read_buf(&mut buf).await }, if can_read => {
+                    let now = Instant::now();
+                    match read {
+                        Ok(0) => {
+                            self.src_done = true;
+                            self.chain.eof(now, &mut out);
+                        }
+                        Ok(_) => self.chain.chunk(Chunk { data: buf.freeze(), due: now }, &mut out),
+                        Err(_) => return End::PeerReset(self.side(Which::Src)),
+                    }
+                    self.enqueue(out);
+                }
+            }
+        }
+    }
+
+    /// Brings the chain in line with the proxy's faults. `release`: a change of faults
+    /// releases what the old chain was holding, at once, as Toxiproxy does when it
+    /// interrupts its stubs; a scheduled close or reset happens at once too.
+    fn sync(&mut self, release: bool) -> Option<End> {
+        let faults = self.faults.borrow_and_update().clone();
+        if let Some(down) = faults.iter().find(|f| f.kind == Kind::Down) {
+            return Some(End::Down(down.name.clone()));
+        }
+        let now = Instant::now();
+        if release {
+            for step in &mut self.queue {
+                match step {
+                    Step::Send(c) => c.due = c.due.min(now),
+                    Step::Finish { at } | Step::Reset { at } => *at = (*at).min(now),
+                }
+            }
+            self.reset_at = self.reset_at.map(|at| at.min(now));
+        }
+        let mut out = Vec::new();
+        self.chain.sync(&faults, self.dir, self.id, now, &mut out);
+        for name in self.chain.applied() {
+            if !self.applied.iter().any(|a| a == name) {
+                self.applied.push(name.to_string());
+            }
+        }
+        self.enqueue(out);
+        None
+    }
+
+    fn enqueue(&mut self, steps: Vec<Step>) {
+        for step in steps {
+            match step {
+                Step::Reset { at } => self.reset_at = Some(self.reset_at.map_or(at, |r| r.min(at))),
+                Step::Send(c) if c.data.is_empty() => {}
+                Step::Send(c) => {
+                    self.queued += c.data.len();
+                    self.queue.push_back(Step::Send(c));
+                }
+                finish => self.queue.push_back(finish),
+            }
+        }
+    }
+
+    /// Performs the step at the head of the queue, which is due.
+    async fn send_head(&mut self, abort: &CancellationToken, shutdown: &Shutdown) -> Option<End> {
+        match self.queue.pop_front()? {
+            Step::Send(chunk) => {
+                self.queued -= chunk.data.len();
+                tokio::select! {
+                    written = self.dst.write_all(&chunk.data) => match written {
+                        Ok(()) => self.sent += chunk.data.len() as u64,
+                        Err(_) => return Some(End::PeerReset(self.side(Which::Dst))),
+                    },
+                    _ = abort.cancelled() => return Some(End::Aborted),
+                    _ = shutdown.wait() => return Some(End::Shutdown),
+                }
+                None
+            }
+            Step::Finish { .. } => {
+                // A FIN the destination can no longer take is no news: it closed first.
+                let _ = self.dst.shutdown().await;
+                Some(if self.src_done { End::Eof } else { End::Closed })
+            }
+            Step::Reset { .. } => Some(End::Reset),
+        }
+    }
+
+    /// The unfaulted path. Returns `None` when the fault list changed and the caller
+    /// must sync, `Some` when the direction ended.
+    async fn fast(&mut self, abort: &CancellationToken, shutdown: &Shutdown) -> Option<End> {
+        loop {
+            tokio::select! {
+                biased;
+                _ = abort.cancelled() => return Some(End::Aborted),
+                _ = shutdown.wait() => return Some(End::Shutdown),
+                changed = self.faults.changed() => {
+                    return changed.is_err().then_some(End::Shutdown);
+                }
+                ready = self.src.readable() => {
+                    if ready.is_err() {
+                        return Some(End::PeerReset(self.side(Which::Src)));
+                    }
+                }
+            }
+            // Read and write without awaiting, so the per-thread buffer is never held
+            // across a suspension; only what the destination cannot take at once is
+            // copied out and written asynchronously.
+            let (src, dst) = (&self.src, &self.dst);
+            let step = BUF.with_borrow_mut(|buf| match src.try_read(buf) {
+                Ok(0) => Fast::Eof,
+                Ok(n) => match dst.try_write(&buf[..n]) {
+                    Ok(w) if w == n => Fast::Wrote(n),
+                    Ok(w) => Fast::Rest(w, buf[w..n].to_vec()),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        Fast::Rest(0, buf[..n].to_vec())
+                    }
+                    Err(_) => Fast::DstErr,
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Fast::Again,
+                Err(_) => Fast::SrcErr,
+            });
+            match step {
+                Fast::Again => {}
+                Fast::Wrote(n) => self.sent += n as u64,
+                Fast::Rest(written, rest) => {
+                    self.sent += written as u64;
+                    tokio::select! {
+                        done = self.dst.write_all(&rest) => match done {
+                            Ok(()) => self.sent += rest.len() as u64,
+                            Err(_) => return Some(End::PeerReset(self.side(Which::Dst))),
+                        },
+                        _ = abort.cancelled() => return Some(End::Aborted),
+                        _ = shutdown.wait() => return Some(End::Shutdown),
+                    }
+                }
+                Fast::Eof => {
+                    self.src_done = true;
+                    let _ = self.dst.shutdown().await;
+                    return Some(End::Eof);
+                }
+                Fast::SrcErr => return Some(End::PeerReset(self.side(Which::Src))),
+                Fast::DstErr => return Some(End::PeerReset(self.side(Which::Dst))),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Which {
+    Src,
+    Dst,
+}
+
+enum Fast {
+    Again,
+    Wrote(usize),
+    Rest(usize, Vec<u8>),
+    Eof,
+    SrcErr,
+    DstErr,
+}

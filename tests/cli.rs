@@ -1,0 +1,200 @@
+//! The real binary and the real files: fault files parse, bad input gets exit code 2
+//! and a message that says where and why, and `snag proxy` relays.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use clap::Parser;
+use common::{echo_server, within};
+use snag::cli::Cli;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    time::Instant,
+};
+
+fn snag(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_snag"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn toml_files(dir: &str) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_fault_file_parses() {
+    let files = toml_files("faults");
+    assert!(files.len() >= 10, "{files:?}");
+    for path in files {
+        let scenario = snag::fault::file::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!scenario.proxies.is_empty(), "{}", path.display());
+    }
+}
+
+#[test]
+fn every_invalid_fixture_fails_naming_its_place_and_reason() {
+    let files = toml_files("tests/fixtures/invalid");
+    assert!(files.len() >= 8);
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let expect = text
+            .lines()
+            .next()
+            .unwrap()
+            .strip_prefix("# expect: ")
+            .expect("first line says what to expect");
+        let (code, stderr) = snag(&["proxy", "--file", path.to_str().unwrap()]);
+        assert_eq!(code, 2, "{}: {stderr}", path.display());
+        let want = format!("{}{expect}", path.display());
+        assert!(
+            stderr.contains(&want),
+            "{}:\n  want {want}\n  got  {stderr}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn bad_flags_exit_2_and_name_the_flag() {
+    let base = [
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:1",
+    ];
+    let cases: &[(&[&str], &str)] = &[
+        (&["--fault", "latncy"], "unknown fault type `latncy`"),
+        (
+            &["--fault", "latency:latency=abc"],
+            "attribute `latency`: invalid type",
+        ),
+        (
+            &["--fault", "latency:toxicity=2"],
+            "toxicity 2 is outside 0.0–1.0",
+        ),
+        (&["--fault", "bandwidth:rte=5"], "unknown field `rte`"),
+        (&["--connect-timeout", "soon"], "--connect-timeout"),
+    ];
+    for (extra, want) in cases {
+        let args: Vec<&str> = base.iter().chain(extra.iter()).copied().collect();
+        let (code, stderr) = snag(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: want {want:?} in {stderr}");
+        assert!(
+            stderr.contains("--fault") || stderr.contains("--connect-timeout"),
+            "{stderr}"
+        );
+    }
+    let (code, stderr) = snag(&[
+        "proxy",
+        "--listen",
+        "nowhere:80",
+        "--upstream",
+        "127.0.0.1:1",
+    ]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--listen"), "{stderr}");
+    let (code, stderr) = snag(&["proxy", "--upstream", "127.0.0.1:1"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--listen"), "{stderr}");
+    let (code, stderr) = snag(&["proxy", "--file", "/nonexistent.toml"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("/nonexistent.toml"), "{stderr}");
+}
+
+#[test]
+fn the_cli_parses_inline_faults_in_order() {
+    let cli = Cli::try_parse_from([
+        "snag",
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:1",
+        "--fault",
+        "latency:latency=5",
+        "--fault",
+        "reset_peer:stream=upstream,toxicity=0.25",
+    ])
+    .unwrap();
+    let snag::cli::Command::Proxy(args) = cli.command else {
+        panic!("not proxy")
+    };
+    let names: Vec<_> = args.faults.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["latency_downstream", "reset_peer_upstream"]);
+    assert!(Cli::try_parse_from(["snag", "proxy", "--file", "f.toml", "--fault", "down"]).is_err());
+}
+
+/// Kills the child by its PID when the test ends, however it ends.
+struct Child(std::process::Child);
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn snag_proxy_relays_with_its_inline_faults() {
+    within(20, async {
+        let backend = echo_server().await;
+        let mut child = Child(
+            Command::new(env!("CARGO_BIN_EXE_snag"))
+                .args([
+                    "proxy",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--upstream",
+                    &backend.to_string(),
+                ])
+                .args(["--fault", "latency:latency=120", "--seed", "5"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        // The table's second line names the bound address: ready once printed.
+        let stdout = child.0.stdout.take().unwrap();
+        let addr = tokio::task::spawn_blocking(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let header = lines.next().unwrap().unwrap();
+            assert!(header.starts_with("proxy"), "{header}");
+            let row = lines.next().unwrap().unwrap();
+            assert!(row.contains("latency_downstream"), "{row}");
+            row.split_whitespace().nth(1).unwrap().to_string()
+        })
+        .await
+        .unwrap();
+        let mut client = TcpStream::connect(addr.as_str()).await.unwrap();
+        let t = Instant::now();
+        client.write_all(b"ping").await.unwrap();
+        let mut buf = [0; 4];
+        client.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        assert!(
+            t.elapsed() >= Duration::from_millis(120),
+            "{:?}",
+            t.elapsed()
+        );
+    })
+    .await;
+}

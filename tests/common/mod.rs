@@ -1,0 +1,69 @@
+//! Shared helpers: real servers on 127.0.0.1 with OS-chosen ports, and a time bound.
+#![allow(dead_code)]
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use snag::{
+    fault::Fault,
+    proxy::{self, Options, Proxy},
+    shutdown::Shutdown,
+};
+use tokio::net::TcpListener;
+
+/// Serve `echo` on an ephemeral loopback port until the test ends.
+pub async fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap(); // ready now: bound before the task runs
+    tokio::spawn(snag::lab::backend::echo(listener, Shutdown::never()));
+    addr
+}
+
+/// A proxy to `upstream` with `faults` (inline specs), seeded with `seed`.
+pub async fn spawn_proxy_with(
+    upstream: SocketAddr,
+    faults: &[&str],
+    seed: u64,
+    options: Options,
+) -> (SocketAddr, Arc<Proxy>) {
+    let faults: Vec<Fault> = faults.iter().map(|f| f.parse().unwrap()).collect();
+    let proxy = Proxy::new("p".into(), upstream.to_string(), seed, options, faults).unwrap();
+    let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(proxy::serve(listener, proxy.clone(), Shutdown::never()));
+    (addr, proxy)
+}
+
+/// A proxy to `upstream` with `faults` (inline specs), seed 1, default options.
+pub async fn spawn_proxy(upstream: SocketAddr, faults: &[&str]) -> (SocketAddr, Arc<Proxy>) {
+    spawn_proxy_with(upstream, faults, 1, Options::default()).await
+}
+
+pub async fn within<T>(secs: u64, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), fut)
+        .await
+        .unwrap_or_else(|_| panic!("did not finish within {secs}s"))
+}
+
+/// Waits until `cond` holds, polling every 5 ms, or panics after `secs`.
+pub async fn until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2654435761).max(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
