@@ -187,7 +187,7 @@ line() { # label value-format case field
   printf "%-26s %14s %14s %14s %10s %10s\n" "$1" "$(printf "$2" "$d")" "$(printf "$2" "$s")" "$(printf "$2" "$h")" "$(ratio "$s" "$d")" "$(ratio "$h" "$d")"
 }
 for c in 1 32 256; do
-  line "requests/s, $c conn" "%'.0f req/s" "$c /small" 1
+  line "requests/s, $c conn" "%.0f req/s" "$c /small" 1
   line "p50 latency, $c conn" "%.3f ms" "$c /small" 2
   line "p99 latency, $c conn" "%.3f ms" "$c /small" 3
 done

@@ -11,7 +11,17 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Runtime::new().expect("a runtime can be built on this machine");
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = std::env::var("SNAG_THREADS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        runtime.worker_threads(n);
+    }
+    let runtime = runtime
+        .enable_all()
+        .build()
+        .expect("a runtime can be built on this machine");
     match runtime.block_on(async { snag::run(cli, Shutdown::on_signals()).await }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

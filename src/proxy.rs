@@ -5,7 +5,7 @@ pub mod relay;
 pub mod socket;
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     net::SocketAddr,
     sync::{
         Arc, Mutex,
@@ -22,7 +22,7 @@ use tokio::{
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use self::relay::{Ending, Faults, OnUpstreamError, Side};
+use self::relay::{Control, Ending, Faults, OnUpstreamError, Side};
 use crate::{
     fault::{ConnId, Fault, Kind},
     shutdown::Shutdown,
@@ -60,6 +60,8 @@ pub struct Proxy {
     /// Serialises changes so check-then-modify is atomic.
     edit: Mutex<()>,
     next_conn: AtomicU64,
+    /// Open connections, to wake when faults change or the proxy shuts down.
+    conns: Mutex<HashMap<u64, Arc<Control>>>,
 }
 
 /// A fault change that could not be made.
@@ -91,6 +93,7 @@ impl Proxy {
             faults: watch::Sender::new(Arc::new(Vec::new())),
             edit: Mutex::new(()),
             next_conn: AtomicU64::new(0),
+            conns: Mutex::new(HashMap::new()),
         };
         for fault in faults {
             proxy.add_fault(fault)?;
@@ -118,6 +121,7 @@ impl Proxy {
         let mut next = (*current).clone();
         next.push(Arc::new(fault));
         self.faults.send_replace(Arc::new(next));
+        self.each_conn(|c| c.poke());
         Ok(())
     }
 
@@ -136,7 +140,34 @@ impl Proxy {
         let removed = next.remove(index);
         info!(proxy = %self.name, fault = %name, "fault removed");
         self.faults.send_replace(Arc::new(next));
+        self.each_conn(|c| c.poke());
         Ok((*removed).clone())
+    }
+
+    fn each_conn(&self, f: impl Fn(&Control)) {
+        let conns = self
+            .conns
+            .lock()
+            .expect("no code panics while holding the conns lock");
+        conns.values().for_each(|c| f(c));
+    }
+
+    fn register(&self, conn: u64) -> Arc<Control> {
+        let control = Arc::new(Control::default());
+        let mut conns = self
+            .conns
+            .lock()
+            .expect("no code panics while holding the conns lock");
+        conns.insert(conn, control.clone());
+        control
+    }
+
+    fn unregister(&self, conn: u64) {
+        let mut conns = self
+            .conns
+            .lock()
+            .expect("no code panics while holding the conns lock");
+        conns.remove(&conn);
     }
 
     fn listener_state(faults: &[Arc<Fault>]) -> Listening {
@@ -209,7 +240,10 @@ pub async fn serve(
                     Ok((stream, peer)) => {
                         let conn = proxy.next_conn.fetch_add(1, Ordering::Relaxed);
                         let span = info_span!("conn", proxy = %proxy.name, id = conn, %peer);
-                        tracker.spawn(handle(stream, conn, proxy.clone(), faults.clone(), shutdown.clone()).instrument(span));
+                        // Registered here, not in the task, so a shutdown that comes
+                        // before the task first runs still reaches it.
+                        let control = proxy.register(conn);
+                        tracker.spawn(handle(stream, conn, proxy.clone(), faults.clone(), control).instrument(span));
                     }
                     Err(err) => {
                         // EMFILE and friends: let open connections finish and free
@@ -222,6 +256,7 @@ pub async fn serve(
         }
     }
     drop(listener);
+    proxy.each_conn(|c| c.shutdown());
     tracker.close();
     tracker.wait().await;
     Ok(())
@@ -278,7 +313,7 @@ async fn handle(
     conn: u64,
     proxy: Arc<Proxy>,
     faults: Faults,
-    shutdown: Shutdown,
+    control: Arc<Control>,
 ) {
     let options = proxy.options;
     let connect = timeout(
@@ -298,6 +333,7 @@ async fn handle(
                 socket::reset_on_close(&client);
             }
             debug!(ending = ?Ending::Reset { by: Side::Upstream }, "connection done");
+            proxy.unregister(conn);
             return;
         }
     };
@@ -313,11 +349,12 @@ async fn handle(
         &mut client,
         &mut upstream,
         &faults,
+        &control,
         id,
         options.on_upstream_error,
-        &shutdown,
     )
     .await;
+    proxy.unregister(conn);
     debug!(
         sent_up = outcome.sent_up,
         sent_down = outcome.sent_down,

@@ -292,11 +292,11 @@ async fn slicer_spreads_a_message_over_its_pieces_delays() {
 #[tokio::test]
 async fn loss_stalls_the_stream_by_retransmission_timeouts() {
     within(20, async {
-        // Every segment lost once at probability 1 would be 8 back-offs; use a sure
-        // single loss per segment instead: probability 0.5 over 20 segments, fixed seed.
+        // 20 segments at 30 %: about 6 first losses of at least 20 ms each (seed 1
+        // fixes which); the stream must arrive whole, just late.
         let (proxy, _) = spawn_proxy(
             sender(20_000).await,
-            &["loss:probability=0.5,rto=50,segment=1000"],
+            &["loss:probability=0.3,rto=20,segment=1000"],
         )
         .await;
         let mut client = TcpStream::connect(proxy).await.unwrap();
@@ -350,6 +350,26 @@ async fn toxicity_with_a_fixed_seed_hits_a_reproducible_subset() {
             "{} of 40 hit at toxicity 0.5",
             first.len()
         );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn removing_a_blackhole_lets_the_swallowed_close_through() {
+    within(10, async {
+        let (proxy, p) =
+            spawn_proxy(echo_server().await, &["timeout:timeout=0,stream=upstream"]).await;
+        let mut client = TcpStream::connect(proxy).await.unwrap();
+        client.write_all(b"lost").await.unwrap();
+        client.shutdown().await.unwrap();
+        assert!(
+            timeout(Duration::from_millis(300), client.read(&mut [0; 8]))
+                .await
+                .is_err()
+        );
+        p.remove_fault("timeout_upstream").unwrap();
+        // The echo server now sees the client's FIN and closes; the bytes stay lost.
+        assert_eq!(client.read(&mut [0; 8]).await.unwrap(), 0);
     })
     .await;
 }
