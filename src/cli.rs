@@ -41,7 +41,8 @@ pub struct ProxyArgs {
         long,
         env = "SNAG_UPSTREAM",
         required_unless_present = "file",
-        conflicts_with = "file"
+        conflicts_with = "file",
+        value_parser = crate::fault::file::host_port
     )]
     pub upstream: Option<String>,
     /// The proxy's name, used in logs and fault seeds.

@@ -114,6 +114,12 @@ fn bad_flags_exit_2_and_name_the_flag() {
     ]);
     assert_eq!(code, 2);
     assert!(stderr.contains("--listen"), "{stderr}");
+    let (code, stderr) = snag(&["proxy", "--listen", "127.0.0.1:0", "--upstream", "backend"]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("--upstream") && stderr.contains("not host:port"),
+        "{stderr}"
+    );
     let (code, stderr) = snag(&["proxy", "--upstream", "127.0.0.1:1"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("--listen"), "{stderr}");

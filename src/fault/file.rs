@@ -161,16 +161,12 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
                 ),
             )
         })?;
-        let upstream = proxy.upstream.get_ref();
-        if upstream
-            .rsplit_once(':')
-            .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
-        {
-            return Err(at(
+        let upstream = host_port(proxy.upstream.get_ref()).map_err(|why| {
+            at(
                 proxy.upstream.span(),
-                format!("proxy `{name}`: upstream `{upstream}` is not host:port"),
-            ));
-        }
+                format!("proxy `{name}`: upstream {why}"),
+            )
+        })?;
         let mut faults = Vec::new();
         for f in proxy.fault {
             let (span, f) = (f.span(), f.into_inner());
@@ -255,6 +251,17 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
         seed: def.seed,
         proxies,
     })
+}
+
+/// Checks that `addr` reads as `host:port` with a port from 1 to 65535; the host is
+/// resolved at each connect. `Err` says why in words for the user.
+pub fn host_port(addr: &str) -> Result<String, String> {
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(addr.to_string())
+        }
+        _ => Err(format!("`{addr}` is not host:port (e.g. 127.0.0.1:8080)")),
+    }
 }
 
 type Span = std::ops::Range<usize>;
