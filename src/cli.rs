@@ -23,6 +23,92 @@ pub enum Command {
     /// Start an echo upstream and a proxy with a fault file's timeline, probe through
     /// it, and show what each fault did.
     Demo(DemoArgs),
+    /// Serve the control API (Toxiproxy v2 compatible) and the proxies it creates.
+    Serve(ServeArgs),
+}
+
+/// `snag serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address of the control API.
+    #[arg(long, env = "SNAG_API", default_value = "127.0.0.1:8474")]
+    pub listen: std::net::SocketAddr,
+    /// Proxies to create at start: Toxiproxy's JSON config (a list of proxies, as
+    /// POST /populate takes) when the name ends in .json, else a snag fault file.
+    #[arg(long, env = "SNAG_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Seed for every random choice; printed when not given.
+    #[arg(long, env = "SNAG_SEED")]
+    pub seed: Option<u64>,
+    /// Require `Authorization: Bearer TOKEN` on every API request.
+    #[arg(long, env = "SNAG_TOKEN")]
+    pub token: Option<String>,
+    /// Allow a non-loopback API address without --token.
+    #[arg(long)]
+    pub insecure_remote: bool,
+    /// What the client gets when an upstream refuses, times out or resets.
+    #[arg(long, value_enum, default_value_t = OnUpstreamError::Reset)]
+    pub on_upstream_error: OnUpstreamError,
+    /// Longest wait for an upstream to accept, e.g. 5s or 500ms.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub connect_timeout: Duration,
+}
+
+/// Reads the command line. Invoked as `toxiproxy-server`, or as `snag serve
+/// --toxiproxy-flags`, it takes Toxiproxy's Go-style flags (`-host=0.0.0.0`,
+/// `-port 8474`, `-config f.json`, `-seed 1`), so scripts and containers written for
+/// Toxiproxy start snag unchanged. Its Docker image listens on every interface, so
+/// there `-host` other than loopback is allowed without a token, as in Toxiproxy.
+pub fn args(argv: Vec<String>) -> Vec<String> {
+    let invoked = argv
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string());
+    let rest: Vec<String> = if invoked.as_deref() == Some("toxiproxy-server") {
+        argv[1..].to_vec()
+    } else if argv.get(1).map(String::as_str) == Some("serve")
+        && argv.get(2).map(String::as_str) == Some("--toxiproxy-flags")
+    {
+        argv[3..].to_vec()
+    } else {
+        return argv;
+    };
+    let (mut host, mut port) = ("localhost".to_string(), "8474".to_string());
+    let mut out = vec!["snag".to_string(), "serve".to_string()];
+    let mut items = rest.into_iter();
+    while let Some(item) = items.next() {
+        let flag = item.trim_start_matches('-').to_string();
+        let (name, value) = match flag.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (flag.clone(), None),
+        };
+        let mut value = || value.clone().or_else(|| items.next()).unwrap_or_default();
+        match name.as_str() {
+            "host" => host = value(),
+            "port" => port = value(),
+            "config" => out.extend(["--config".to_string(), value()]),
+            "seed" => out.extend(["--seed".to_string(), value()]),
+            "version" => out = vec!["snag".to_string(), "--version".to_string()],
+            // Accepted for compatibility; snag has no switch for them yet.
+            "proxy-metrics" | "runtime-metrics" => {}
+            _ => out.push(item),
+        }
+    }
+    let host = if host == "localhost" {
+        "127.0.0.1".to_string()
+    } else {
+        host
+    };
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    out.extend([
+        "--listen".to_string(),
+        format!("{host}:{port}"),
+        "--insecure-remote".to_string(),
+    ]);
+    out
 }
 
 /// `snag proxy`.

@@ -101,9 +101,44 @@ pub const TYPES: &str =
     "latency, bandwidth, slicer, limit_data, timeout, reset_peer, slow_close, loss, down, syn_drop";
 
 impl Kind {
-    /// Builds a kind from its type name and attribute table. `Err` says what is wrong
-    /// in words meant for the user (the caller adds where).
+    /// Builds a kind from its type name and attribute table, strictly, as fault files
+    /// and the CLI want it: no jitter above latency, no empty slices. `Err` says what
+    /// is wrong in words meant for the user (the caller adds where).
     pub fn new(type_name: &str, attributes: toml::Table) -> Result<Kind, String> {
+        let kind = Kind::parse(type_name, attributes)?;
+        kind.validate()?;
+        Ok(kind)
+    }
+
+    /// Builds a kind as leniently as Toxiproxy's API does: whatever its stages can run
+    /// (a jitter above the latency clamps at zero delay) is accepted.
+    pub fn lenient(type_name: &str, attributes: toml::Table) -> Result<Kind, String> {
+        let kind = Kind::parse(type_name, attributes)?;
+        match &kind {
+            Kind::Loss(l) if !(0.0..=1.0).contains(&l.probability) => {
+                Err(format!("probability {} is outside 0.0–1.0", l.probability))
+            }
+            _ => Ok(kind),
+        }
+    }
+
+    /// The attributes as JSON, every one present, in Toxiproxy's order.
+    pub fn attributes_json(&self) -> serde_json::Value {
+        let value = match self {
+            Kind::Latency(a) => serde_json::to_value(a),
+            Kind::Bandwidth(a) => serde_json::to_value(a),
+            Kind::Slicer(a) => serde_json::to_value(a),
+            Kind::LimitData(a) => serde_json::to_value(a),
+            Kind::Timeout(a) => serde_json::to_value(a),
+            Kind::ResetPeer(a) => serde_json::to_value(a),
+            Kind::SlowClose(a) => serde_json::to_value(a),
+            Kind::Loss(a) => serde_json::to_value(a),
+            Kind::Down | Kind::SynDrop => Ok(serde_json::Value::Object(Default::default())),
+        };
+        value.expect("attribute structs of plain numbers always serialise")
+    }
+
+    fn parse(type_name: &str, attributes: toml::Table) -> Result<Kind, String> {
         fn attrs<T: serde::de::DeserializeOwned>(t: toml::Table) -> Result<T, String> {
             let whole = toml::Value::Table(t.clone()).try_into();
             whole.map_err(|e: toml::de::Error| {
@@ -141,7 +176,6 @@ impl Kind {
             }
             other => return Err(format!("unknown fault type `{other}` (known: {TYPES})")),
         };
-        kind.validate()?;
         Ok(kind)
     }
 

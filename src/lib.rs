@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod api;
 pub mod cli;
 pub mod demo;
 pub mod fault;
@@ -27,7 +28,7 @@ use anyhow::Context;
 use tokio::time::Instant;
 
 use crate::{
-    cli::{Cli, Command, ProxyArgs},
+    cli::{Cli, Command, ProxyArgs, ServeArgs},
     fault::file::{Action, Change, ProxySpec, Scenario},
     proxy::{Options, Proxy},
     shutdown::Shutdown,
@@ -38,12 +39,74 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
     match cli.command {
         Command::Proxy(args) => run_proxies(args, shutdown).await,
         Command::Demo(args) => demo::run(args, shutdown).await,
+        Command::Serve(args) => serve_api(args, shutdown).await,
     }
+}
+
+/// A command line whose values are each fine but do not go together.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+    if !args.listen.ip().is_loopback() && args.token.is_none() && !args.insecure_remote {
+        return Err(UsageError(format!(
+            "--listen {}: the control API would be reachable from other hosts; give --token TOKEN, or --insecure-remote if that is meant",
+            args.listen
+        ))
+        .into());
+    }
+    let scenario = match &args.config {
+        Some(path) if path.extension().is_some_and(|e| e == "json") => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("could not read {}", path.display()))?;
+            let inputs: Vec<api::registry::ProxyInput> =
+                serde_json::from_str(&text).map_err(|e| {
+                    UsageError(format!(
+                        "{}:{}:{}: {e}",
+                        path.display(),
+                        e.line(),
+                        e.column()
+                    ))
+                })?;
+            Some(Err(inputs))
+        }
+        Some(path) => Some(Ok(fault::file::load(path)?)),
+        None => None,
+    };
+    let file_seed = match &scenario {
+        Some(Ok(s)) => s.seed,
+        _ => None,
+    };
+    let seed = args.seed.or(file_seed).unwrap_or_else(|| {
+        let seed = seed::fresh();
+        println!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
+        seed
+    });
+    let options = Options {
+        on_upstream_error: args.on_upstream_error,
+        connect_timeout: args.connect_timeout,
+    };
+    let listener = proxy::socket::bind(args.listen)
+        .with_context(|| format!("control API: could not bind {}", args.listen))?;
+    let api = api::Api::new(seed, options, args.token.clone(), shutdown.clone());
+    match scenario {
+        Some(Err(inputs)) => api.populate(inputs).await.context("config")?,
+        Some(Ok(scenario)) => api.load(&scenario, &shutdown).await.context("config")?,
+        None => {}
+    }
+    println!(
+        "control API on http://{} (Toxiproxy v2 compatible, version {})",
+        listener.local_addr()?,
+        api::VERSION
+    );
+    api::serve(listener, api, shutdown).await
 }
 
 /// Whether `err` is the user's input being wrong (exit code 2) rather than a failure.
 pub fn is_usage_error(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| e.is::<fault::file::Error>())
+    err.chain()
+        .any(|e| e.is::<fault::file::Error>() || e.is::<UsageError>())
 }
 
 async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> {

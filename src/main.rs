@@ -4,7 +4,7 @@ use clap::Parser;
 use snag::{cli::Cli, shutdown::Shutdown};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(snag::cli::args(std::env::args().collect()));
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),

@@ -144,6 +144,36 @@ impl Proxy {
         Ok((*removed).clone())
     }
 
+    /// Puts `fault` in the place of the fault of the same name: a new stage (and a new
+    /// toxicity draw) on open connections, at the same place in the chain.
+    pub fn replace_fault(&self, fault: Fault) -> Result<(), FaultError> {
+        let _edit = self
+            .edit
+            .lock()
+            .expect("no code panics while holding the edit lock");
+        let current = self.faults.borrow().clone();
+        let index = current
+            .iter()
+            .position(|f| f.name == fault.name)
+            .ok_or_else(|| FaultError::NotFound(fault.name.clone()))?;
+        info!(proxy = %self.name, fault = %fault.name, "fault changed");
+        let mut next = (*current).clone();
+        next[index] = Arc::new(fault);
+        self.faults.send_replace(Arc::new(next));
+        self.each_conn(|c| c.poke());
+        Ok(())
+    }
+
+    /// Removes every fault.
+    pub fn clear_faults(&self) {
+        let _edit = self
+            .edit
+            .lock()
+            .expect("no code panics while holding the edit lock");
+        self.faults.send_replace(Arc::new(Vec::new()));
+        self.each_conn(|c| c.poke());
+    }
+
     fn each_conn(&self, f: impl Fn(&Control)) {
         let conns = self
             .conns

@@ -1,0 +1,596 @@
+//! The proxies the control API manages, and the operations on them with Toxiproxy's
+//! semantics: create, update (restart on a new listen or upstream), enable/disable,
+//! populate, reset, and toxics.
+
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Number, Value};
+
+use super::Error;
+use crate::{
+    fault::{Direction, Fault, Kind},
+    proxy::{self, Options, Proxy},
+    shutdown::Shutdown,
+};
+
+/// One proxy under API control.
+struct Entry {
+    /// As given until the proxy first listens, then the address it is bound to.
+    listen: String,
+    upstream: String,
+    enabled: bool,
+    proxy: Arc<Proxy>,
+    /// Each toxic's `stream` as the client wrote it (Toxiproxy echoes "UPSTREAM").
+    streams: BTreeMap<String, String>,
+    running: Option<(Shutdown, tokio::task::JoinHandle<anyhow::Result<()>>)>,
+}
+
+/// Every proxy the API knows, by name.
+pub struct Registry {
+    seed: u64,
+    options: Options,
+    shutdown: Shutdown,
+    entries: BTreeMap<String, Entry>,
+}
+
+/// A proxy as clients send it; every field optional, `null` meaning "default".
+#[derive(Debug, Default, Deserialize)]
+pub struct ProxyInput {
+    /// Unique name.
+    pub name: Option<String>,
+    /// `host:port` to listen on.
+    pub listen: Option<String>,
+    /// `host:port` to relay to.
+    pub upstream: Option<String>,
+    /// Listening or not.
+    pub enabled: Option<bool>,
+}
+
+/// A proxy as Toxiproxy renders it, field order included.
+#[derive(Debug, Serialize)]
+pub struct ProxyView {
+    name: String,
+    listen: String,
+    upstream: String,
+    enabled: bool,
+    /// Toxiproxy leaks an empty `Logger` object; clients receive it, so we send it too.
+    #[serde(rename = "Logger")]
+    logger: Map<String, Value>,
+    toxics: Vec<ToxicView>,
+}
+
+/// A toxic as Toxiproxy renders it, field order included.
+#[derive(Debug, Serialize)]
+pub struct ToxicView {
+    attributes: Value,
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    stream: String,
+    toxicity: Number,
+}
+
+/// Go renders a float32 1.0 as `1`: integral toxicities go out as integers.
+fn go_float(x: f64) -> Number {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        Number::from(x as i64)
+    } else {
+        Number::from_f64(f64::from(x as f32)).unwrap_or_else(|| Number::from(0))
+    }
+}
+
+impl Registry {
+    /// An empty registry whose proxies use `seed` and `options` and stop on `shutdown`.
+    pub fn new(seed: u64, options: Options, shutdown: Shutdown) -> Registry {
+        Registry {
+            seed,
+            options,
+            shutdown,
+            entries: BTreeMap::new(),
+        }
+    }
+
+    /// All proxies, keyed by name in sorted order.
+    pub fn list(&self) -> BTreeMap<String, ProxyView> {
+        self.entries
+            .iter()
+            .map(|(name, e)| (name.clone(), view(name, e)))
+            .collect()
+    }
+
+    /// One proxy.
+    pub fn get(&self, name: &str) -> Result<ProxyView, Error> {
+        let entry = self.entries.get(name).ok_or(Error::ProxyNotFound)?;
+        Ok(view(name, entry))
+    }
+
+    /// The live proxy behind a name.
+    pub fn proxy(&self, name: &str) -> Result<Arc<Proxy>, Error> {
+        Ok(self
+            .entries
+            .get(name)
+            .ok_or(Error::ProxyNotFound)?
+            .proxy
+            .clone())
+    }
+
+    /// Checks the fields a new proxy needs.
+    pub fn required(input: &ProxyInput) -> Result<(String, String), Error> {
+        let name = input
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .ok_or(Error::Missing("name"))?;
+        let upstream = input
+            .upstream
+            .clone()
+            .filter(|u| !u.is_empty())
+            .ok_or(Error::Missing("upstream"))?;
+        Ok((name, upstream))
+    }
+
+    /// Creates a proxy and, unless `enabled` is false, starts it.
+    pub async fn create(&mut self, input: ProxyInput) -> Result<ProxyView, Error> {
+        let (name, upstream) = Self::required(&input)?;
+        if self.entries.contains_key(&name) {
+            return Err(Error::ProxyExists);
+        }
+        let proxy = self.new_proxy(&name, &upstream, Vec::new())?;
+        let mut entry = Entry {
+            listen: input.listen.unwrap_or_default(),
+            upstream,
+            enabled: false,
+            proxy,
+            streams: BTreeMap::new(),
+            running: None,
+        };
+        if input.enabled.unwrap_or(true) {
+            self.start(&mut entry).await?;
+        }
+        let shown = view(&name, &entry);
+        self.entries.insert(name, entry);
+        Ok(shown)
+    }
+
+    /// Applies a partial update: a new listen or upstream restarts the proxy (its
+    /// connections are dropped); `enabled` opens or closes it.
+    pub async fn update(&mut self, name: &str, input: ProxyInput) -> Result<ProxyView, Error> {
+        let mut entry = self.entries.remove(name).ok_or(Error::ProxyNotFound)?;
+        let result = self.apply(name, &mut entry, input).await;
+        let shown = view(name, &entry);
+        self.entries.insert(name.to_string(), entry);
+        result.map(|()| shown)
+    }
+
+    async fn apply(
+        &mut self,
+        name: &str,
+        entry: &mut Entry,
+        input: ProxyInput,
+    ) -> Result<(), Error> {
+        let listen = input.listen.filter(|l| *l != entry.listen);
+        let upstream = input
+            .upstream
+            .filter(|u| *u != entry.upstream && !u.is_empty());
+        let enabled = input.enabled.unwrap_or(entry.enabled);
+        if listen.is_some() || upstream.is_some() {
+            stop(entry).await;
+            if let Some(listen) = listen {
+                entry.listen = listen;
+            }
+            if let Some(upstream) = upstream {
+                entry.upstream = upstream;
+                entry.proxy = self.new_proxy(name, &entry.upstream, entry.proxy.faults())?;
+            }
+        }
+        match (enabled, entry.running.is_some()) {
+            (true, false) => self.start(entry).await,
+            (false, true) => {
+                stop(entry).await;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Stops and forgets a proxy.
+    pub async fn delete(&mut self, name: &str) -> Result<(), Error> {
+        let mut entry = self.entries.remove(name).ok_or(Error::ProxyNotFound)?;
+        stop(&mut entry).await;
+        Ok(())
+    }
+
+    /// Creates or replaces each proxy in order; one whose listen and upstream are
+    /// unchanged is kept as it is. `Err` carries the proxies done so far.
+    pub async fn populate(
+        &mut self,
+        inputs: Vec<ProxyInput>,
+    ) -> Result<Vec<ProxyView>, (Error, Vec<ProxyView>)> {
+        for (i, input) in inputs.iter().enumerate() {
+            if let Err(Error::Missing(field)) = Self::required(input) {
+                return Err((Error::MissingAt(field, i + 1), Vec::new()));
+            }
+        }
+        let mut done = Vec::new();
+        for input in inputs {
+            let (name, upstream) = Self::required(&input).expect("checked above");
+            if let Some(entry) = self.entries.get(&name) {
+                let same_listen = match (
+                    resolve(input.listen.as_deref().unwrap_or("")).await,
+                    entry.listen.parse::<SocketAddr>(),
+                ) {
+                    (Ok(new), Ok(old)) => new.port() != 0 && new == old,
+                    _ => false,
+                };
+                if same_listen && entry.upstream == upstream {
+                    done.push(view(&name, entry));
+                    continue;
+                }
+                self.delete(&name).await.expect("the entry exists");
+            }
+            match self.create(input).await {
+                Ok(shown) => done.push(shown),
+                Err(err) => return Err((err, done)),
+            }
+        }
+        Ok(done)
+    }
+
+    /// Enables every proxy and removes every toxic.
+    pub async fn reset(&mut self) -> Result<(), Error> {
+        let names: Vec<String> = self.entries.keys().cloned().collect();
+        for name in names {
+            let mut entry = self.entries.remove(&name).expect("listed just now");
+            entry.proxy.clear_faults();
+            entry.streams.clear();
+            let started = if entry.running.is_none() {
+                self.start(&mut entry).await
+            } else {
+                Ok(())
+            };
+            self.entries.insert(name, entry);
+            started?;
+        }
+        Ok(())
+    }
+
+    /// The toxics of a proxy: the upstream chain, then the downstream one.
+    pub fn toxics(&self, proxy: &str) -> Result<Vec<ToxicView>, Error> {
+        let entry = self.entries.get(proxy).ok_or(Error::ProxyNotFound)?;
+        Ok(toxics(entry))
+    }
+
+    /// One toxic.
+    pub fn toxic(&self, proxy: &str, toxic: &str) -> Result<ToxicView, Error> {
+        let entry = self.entries.get(proxy).ok_or(Error::ProxyNotFound)?;
+        toxics(entry)
+            .into_iter()
+            .find(|t| t.name == toxic)
+            .ok_or(Error::ToxicNotFound)
+    }
+
+    /// Adds a toxic, checking in Toxiproxy's order: stream, type, name, attributes.
+    pub fn add_toxic(&mut self, proxy: &str, body: &Value) -> Result<ToxicView, Error> {
+        let entry = self.entries.get_mut(proxy).ok_or(Error::ProxyNotFound)?;
+        let input = ToxicInput::from_json(body)?;
+        let stream_sent = input.stream.unwrap_or_else(|| "downstream".to_string());
+        let stream: Direction = stream_sent.parse().map_err(|_| Error::BadStream)?;
+        let type_name = input.kind.ok_or(Error::BadType)?;
+        let defaults = Kind::lenient(&type_name, toml::Table::new()).map_err(|_| Error::BadType)?;
+        let name = input
+            .name
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("{type_name}_{stream_sent}"));
+        if entry.proxy.faults().iter().any(|f| f.name == name) {
+            return Err(Error::ToxicExists);
+        }
+        let kind = merge(&defaults, input.attributes.as_ref())?;
+        let toxicity = input.toxicity.unwrap_or(1.0).clamp(0.0, 1.0);
+        let fault = Fault::new(Some(name.clone()), kind, Some(stream), Some(toxicity))
+            .map_err(Error::Invalid)?;
+        entry
+            .proxy
+            .add_fault(fault)
+            .map_err(|_| Error::ToxicExists)?;
+        entry.streams.insert(name.clone(), stream_sent);
+        toxics(entry)
+            .into_iter()
+            .find(|t| t.name == name)
+            .ok_or(Error::ToxicNotFound)
+    }
+
+    /// Updates a toxic's attributes (merged into the current ones) and toxicity.
+    pub fn update_toxic(
+        &mut self,
+        proxy: &str,
+        toxic: &str,
+        body: &Value,
+    ) -> Result<ToxicView, Error> {
+        let entry = self.entries.get_mut(proxy).ok_or(Error::ProxyNotFound)?;
+        let current = entry
+            .proxy
+            .faults()
+            .into_iter()
+            .find(|f| f.name == toxic)
+            .ok_or(Error::ToxicNotFound)?;
+        let input = ToxicInput::from_json(body)?;
+        let kind = merge(&current.kind, input.attributes.as_ref())?;
+        let toxicity = input
+            .toxicity
+            .map_or(current.toxicity, |t| t.clamp(0.0, 1.0));
+        let fault = Fault::new(
+            Some(current.name),
+            kind,
+            Some(current.stream),
+            Some(toxicity),
+        )
+        .map_err(Error::Invalid)?;
+        entry
+            .proxy
+            .replace_fault(fault)
+            .map_err(|_| Error::ToxicNotFound)?;
+        toxics(entry)
+            .into_iter()
+            .find(|t| t.name == toxic)
+            .ok_or(Error::ToxicNotFound)
+    }
+
+    /// Removes a toxic.
+    pub fn delete_toxic(&mut self, proxy: &str, toxic: &str) -> Result<(), Error> {
+        let entry = self.entries.get_mut(proxy).ok_or(Error::ProxyNotFound)?;
+        entry
+            .proxy
+            .remove_fault(toxic)
+            .map_err(|_| Error::ToxicNotFound)?;
+        entry.streams.remove(toxic);
+        Ok(())
+    }
+
+    /// Stops every proxy.
+    pub async fn stop_all(&mut self) {
+        for entry in self.entries.values_mut() {
+            stop(entry).await;
+        }
+    }
+
+    fn new_proxy(
+        &self,
+        name: &str,
+        upstream: &str,
+        faults: Vec<Fault>,
+    ) -> Result<Arc<Proxy>, Error> {
+        Proxy::new(
+            name.to_string(),
+            upstream.to_string(),
+            self.seed,
+            self.options,
+            faults,
+        )
+        .map_err(|e| Error::Invalid(e.to_string()))
+    }
+
+    async fn start(&self, entry: &mut Entry) -> Result<(), Error> {
+        let addr = resolve(&entry.listen).await.map_err(Error::Listen)?;
+        let listener =
+            proxy::socket::bind(addr).map_err(|e| Error::Listen(go_listen_error(addr, &e)))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| Error::Listen(e.to_string()))?;
+        let stop = self.shutdown.child();
+        let task = tokio::spawn(proxy::serve(listener, entry.proxy.clone(), stop.clone()));
+        entry.listen = bound.to_string();
+        entry.enabled = true;
+        entry.running = Some((stop, task));
+        Ok(())
+    }
+}
+
+/// Closes the listener and every connection, and waits until they are closed.
+async fn stop(entry: &mut Entry) {
+    entry.enabled = false;
+    if let Some((stop, task)) = entry.running.take() {
+        stop.trigger();
+        let _ = task.await;
+    }
+}
+
+fn view(name: &str, entry: &Entry) -> ProxyView {
+    ProxyView {
+        name: name.to_string(),
+        listen: entry.listen.clone(),
+        upstream: entry.upstream.clone(),
+        enabled: entry.enabled,
+        logger: Map::new(),
+        toxics: toxics(entry),
+    }
+}
+
+fn toxics(entry: &Entry) -> Vec<ToxicView> {
+    let faults = entry.proxy.faults();
+    let (up, down): (Vec<_>, Vec<_>) = faults
+        .into_iter()
+        .partition(|f| f.stream == Direction::Upstream);
+    up.into_iter()
+        .chain(down)
+        .map(|f| ToxicView {
+            attributes: f.kind.attributes_json(),
+            stream: entry
+                .streams
+                .get(&f.name)
+                .cloned()
+                .unwrap_or_else(|| f.stream.to_string()),
+            kind: f.kind.type_name().to_string(),
+            toxicity: go_float(f.toxicity),
+            name: f.name,
+        })
+        .collect()
+}
+
+/// A toxic as clients send it. Every field optional; `null` means "leave as is".
+struct ToxicInput {
+    name: Option<String>,
+    kind: Option<String>,
+    stream: Option<String>,
+    toxicity: Option<f64>,
+    attributes: Option<Map<String, Value>>,
+}
+
+impl ToxicInput {
+    fn from_json(body: &Value) -> Result<ToxicInput, Error> {
+        let Value::Object(map) = body else {
+            return Err(Error::BadBody(format!(
+                "json: cannot unmarshal {} into Go value of type toxiproxy.Toxic",
+                json_kind(body)
+            )));
+        };
+        let string = |key: &str| match map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(Error::BadBody(format!(
+                "json: cannot unmarshal {} into Go struct field Toxic.{key} of type string",
+                json_kind(other)
+            ))),
+        };
+        let toxicity = match map.get("toxicity") {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => n.as_f64(),
+            Some(other) => {
+                return Err(Error::BadBody(format!(
+                    "json: cannot unmarshal {} into Go struct field Toxic.toxicity of type float32",
+                    json_kind(other)
+                )));
+            }
+        };
+        let attributes = match map.get("attributes") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(a)) => Some(a.clone()),
+            Some(other) => {
+                return Err(Error::BadBody(format!(
+                    "json: cannot unmarshal {} into Go struct field Toxic.attributes of type map",
+                    json_kind(other)
+                )));
+            }
+        };
+        Ok(ToxicInput {
+            name: string("name")?,
+            kind: string("type")?,
+            stream: string("stream")?,
+            toxicity,
+            attributes,
+        })
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// `base`'s attributes with `changes` written over them, as Go decodes JSON into an
+/// existing struct: unknown keys ignored, integers where integers belong (negative
+/// ones taken as 0, snag's attributes being unsigned), floats where floats belong.
+fn merge(base: &Kind, changes: Option<&Map<String, Value>>) -> Result<Kind, Error> {
+    let Value::Object(mut attrs) = base.attributes_json() else {
+        unreachable!("attributes are always an object")
+    };
+    for (key, value) in changes.into_iter().flatten() {
+        let Some(slot) = attrs.get_mut(key) else {
+            continue;
+        };
+        let go_struct = go_struct_name(base.type_name());
+        let wrong = |what: &str| {
+            Error::BadBody(format!(
+                "json: cannot unmarshal {what} into Go struct field {go_struct}.attributes.{key} of type {}",
+                if slot_is_float(slot) {
+                    "float64"
+                } else {
+                    "int64"
+                }
+            ))
+        };
+        match value {
+            Value::Null => {}
+            Value::Number(n) if slot_is_float(slot) => *slot = Value::Number(n.clone()),
+            Value::Number(n) if n.is_i64() || n.is_u64() => {
+                *slot = Value::from(
+                    n.as_i64()
+                        .map_or_else(|| n.as_u64().unwrap_or(0), |i| i.max(0) as u64),
+                );
+            }
+            Value::Number(n) => return Err(wrong(&format!("number {n}"))),
+            other => return Err(wrong(json_kind(other))),
+        }
+    }
+    let table: toml::Table = attrs
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::Number(n) if n.is_f64() => toml::Value::Float(n.as_f64().unwrap_or(0.0)),
+                Value::Number(n) => {
+                    toml::Value::Integer(n.as_u64().map_or(0, |u| u.min(i64::MAX as u64) as i64))
+                }
+                _ => toml::Value::Integer(0),
+            };
+            (k, v)
+        })
+        .collect();
+    Kind::lenient(base.type_name(), table).map_err(Error::Invalid)
+}
+
+fn slot_is_float(slot: &Value) -> bool {
+    matches!(slot, Value::Number(n) if n.is_f64())
+}
+
+fn go_struct_name(type_name: &str) -> String {
+    let camel: String = type_name
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect();
+    format!("{camel}Toxic")
+}
+
+/// A listen string as Toxiproxy takes it: `host:port`, an empty host or `localhost`
+/// meaning 127.0.0.1 (snag never binds every interface unasked), `""` meaning `127.0.0.1:0`.
+pub async fn resolve(listen: &str) -> Result<SocketAddr, String> {
+    let listen = if listen.is_empty() { ":0" } else { listen };
+    let (host, port) = listen
+        .rsplit_once(':')
+        .ok_or_else(|| format!("address {listen}: missing port in address"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("address {listen}: invalid port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || host == "localhost" {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    if let Ok(ip) = host.parse() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| format!("lookup {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("lookup {host}: no such host"))
+}
+
+fn go_listen_error(addr: SocketAddr, err: &std::io::Error) -> String {
+    let why = match err.kind() {
+        std::io::ErrorKind::AddrInUse => "address already in use".to_string(),
+        std::io::ErrorKind::AddrNotAvailable => "cannot assign requested address".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        _ => err.to_string(),
+    };
+    format!("listen tcp {addr}: bind: {why}")
+}

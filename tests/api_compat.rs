@@ -1,0 +1,381 @@
+//! The control API over real HTTP, checked against Toxiproxy's wire behaviour as
+//! `shared/reference/toxiproxy-api.md` records it.
+
+mod common;
+
+use std::{io, net::SocketAddr, time::Duration};
+
+use common::{HttpReply, echo_server, http, within};
+use snag::{api, proxy::Options, shutdown::Shutdown};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    time::Instant,
+};
+
+async fn spawn_api(token: Option<&str>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let api = api::Api::new(
+        1,
+        Options::default(),
+        token.map(String::from),
+        Shutdown::never(),
+    );
+    tokio::spawn(api::serve(listener, api, Shutdown::never()));
+    addr
+}
+
+async fn call(api: SocketAddr, method: &str, path: &str, body: &str) -> HttpReply {
+    http(api, method, path, body, &[]).await
+}
+
+fn json(reply: &HttpReply) -> serde_json::Value {
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {:?}", reply.body))
+}
+
+/// Creates proxy `name` to `upstream` and returns its bound address.
+async fn create(api: SocketAddr, name: &str, upstream: SocketAddr) -> SocketAddr {
+    let body = format!(r#"{{"name":"{name}","listen":"127.0.0.1:0","upstream":"{upstream}"}}"#);
+    let reply = call(api, "POST", "/proxies", &body).await;
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    json(&reply)["listen"].as_str().unwrap().parse().unwrap()
+}
+
+async fn rtt(addr: SocketAddr) -> Duration {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let t = Instant::now();
+    c.write_all(b"ping").await.unwrap();
+    c.read_exact(&mut [0; 4]).await.unwrap();
+    t.elapsed()
+}
+
+#[tokio::test]
+async fn version_is_semver_with_toxiproxys_framing() {
+    within(5, async {
+        let api = spawn_api(None).await;
+        let reply = call(api, "GET", "/version", "").await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/json;charset=utf-8")
+        );
+        assert!(
+            reply.body.starts_with("{\"version\": \"2.12.0-snag."),
+            "{}",
+            reply.body
+        );
+        assert!(reply.body.ends_with("\"}\n"));
+        assert_eq!(
+            reply.header("x-toxiproxy-request-id").map(str::len),
+            Some(20)
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn proxy_lifecycle_answers_as_toxiproxy_does() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let upstream = echo_server().await;
+        assert_eq!(call(api, "GET", "/proxies", "").await.body, "{}");
+
+        let reply = call(api, "POST", "/proxies", &format!(r#"{{"name":"p1","listen":"localhost:0","upstream":"{upstream}","enabled":null}}"#)).await;
+        assert_eq!(reply.status, 201);
+        assert_eq!(reply.header("content-type"), Some("application/json"));
+        let p = json(&reply);
+        let listen = p["listen"].as_str().unwrap();
+        assert!(listen.starts_with("127.0.0.1:") && !listen.ends_with(":0"), "{listen}");
+        let expected = format!(r#"{{"name":"p1","listen":"{listen}","upstream":"{upstream}","enabled":true,"Logger":{{}},"toxics":[]}}"#);
+        assert_eq!(reply.body, expected);
+
+        let dup = call(api, "POST", "/proxies", &format!(r#"{{"name":"p1","upstream":"{upstream}"}}"#)).await;
+        assert_eq!((dup.status, dup.body.as_str()), (409, "{\"error\":\"proxy already exists\",\"status\":409}\n"));
+        assert_eq!(dup.header("content-type"), Some("text/plain; charset=utf-8"));
+        assert_eq!(dup.header("x-content-type-options"), Some("nosniff"));
+
+        let list = json(&call(api, "GET", "/proxies", "").await);
+        assert_eq!(list["p1"]["listen"], listen);
+        assert_eq!(call(api, "GET", "/proxies/p1", "").await.body, expected);
+        let missing = call(api, "GET", "/proxies/nope", "").await;
+        assert_eq!((missing.status, missing.body.as_str()), (404, "{\"error\":\"proxy not found\",\"status\":404}\n"));
+
+        let del = call(api, "DELETE", "/proxies/p1", "").await;
+        assert_eq!((del.status, del.body.as_str()), (204, ""));
+        assert_eq!(call(api, "DELETE", "/proxies/p1", "").await.status, 404);
+        let refused = TcpStream::connect(listen).await.unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_toxiproxys_errors() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let upstream = echo_server().await;
+        let cases: &[(&str, &str, &str, u16, &str)] = &[
+            ("POST", "/proxies", "", 400, "bad request body: EOF"),
+            ("POST", "/proxies", "{nope", 400, "bad request body: "),
+            ("POST", "/proxies", r#"{"upstream":"127.0.0.1:1"}"#, 400, "missing required field: name"),
+            ("POST", "/proxies", r#"{"name":"x"}"#, 400, "missing required field: upstream"),
+            ("POST", "/proxies", r#"{"name":5,"upstream":"a:1"}"#, 400, "bad request body: "),
+        ];
+        for (method, path, body, status, message) in cases {
+            let reply = call(api, method, path, body).await;
+            assert_eq!(reply.status, *status, "{body}: {}", reply.body);
+            assert_eq!(json(&reply)["status"], *status);
+            assert!(json(&reply)["error"].as_str().unwrap().starts_with(message), "{body}: {}", reply.body);
+        }
+        create(api, "p", upstream).await;
+        let toxic_cases: &[(&str, u16, &str)] = &[
+            ("", 400, "bad request body: EOF"),
+            (r#"{"type":"latency","stream":"sideways"}"#, 400, "stream was invalid, can be either upstream or downstream"),
+            (r#"{"type":"latncy"}"#, 400, "invalid toxic type"),
+            (r#"{"type":"bandwidth","attributes":{"rate":1.5}}"#, 400,
+             "bad request body: json: cannot unmarshal number 1.5 into Go struct field BandwidthToxic.attributes.rate of type int64"),
+            (r#"{"type":"latency","attributes":{"latency":"x"}}"#, 400, "bad request body: json: cannot unmarshal string"),
+            (r#"{"type":"loss","attributes":{"probability":2}}"#, 400, "probability 2 is outside"),
+        ];
+        for (body, status, message) in toxic_cases {
+            let reply = call(api, "POST", "/proxies/p/toxics", body).await;
+            assert_eq!(reply.status, *status, "{body}: {}", reply.body);
+            assert!(json(&reply)["error"].as_str().unwrap().starts_with(message), "{body}: {}", reply.body);
+        }
+        assert_eq!(call(api, "POST", "/proxies/nope/toxics", r#"{"type":"latency"}"#).await.status, 404);
+        assert_eq!(call(api, "GET", "/proxies/p/toxics/nope", "").await.body, "{\"error\":\"toxic not found\",\"status\":404}\n");
+
+        let unknown = call(api, "GET", "/nothing", "").await;
+        assert_eq!((unknown.status, unknown.body.as_str()), (404, "404 page not found\n"));
+        let wrong = call(api, "PUT", "/proxies", "").await;
+        assert_eq!((wrong.status, wrong.body.as_str(), wrong.header("content-type")), (405, "", None));
+        let browser = http(api, "GET", "/version", "", &[("User-Agent", "Mozilla/5.0 (X11)")]).await;
+        assert_eq!((browser.status, browser.body.as_str()), (403, "User agent not allowed\n"));
+        let big = "x".repeat(api::BODY_LIMIT + 1);
+        assert_eq!(call(api, "POST", "/proxies", &big).await.status, 413);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn toxics_are_created_listed_updated_and_removed() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        create(api, "p", echo_server().await).await;
+        let reply = call(api, "POST", "/proxies/p/toxics", r#"{"type":"latency","attributes":{"latency":100},"toxicity":null,"extra":1}"#).await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(reply.body, r#"{"attributes":{"latency":100,"jitter":0},"name":"latency_downstream","type":"latency","stream":"downstream","toxicity":1}"#);
+        let up = call(api, "POST", "/proxies/p/toxics", r#"{"name":"cut","type":"limit_data","stream":"UPSTREAM","toxicity":0.5}"#).await;
+        assert_eq!(up.body, r#"{"attributes":{"bytes":0},"name":"cut","type":"limit_data","stream":"UPSTREAM","toxicity":0.5}"#);
+        let dup = call(api, "POST", "/proxies/p/toxics", r#"{"name":"cut","type":"latency","stream":"downstream"}"#).await;
+        assert_eq!(dup.status, 409, "names are unique across directions");
+
+        // Upstream chain first, then downstream, each in insertion order.
+        let list = json(&call(api, "GET", "/proxies/p/toxics", "").await);
+        let names: Vec<_> = list.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["cut", "latency_downstream"]);
+
+        // Partial update: jitter changes, latency and toxicity stay.
+        let patched = call(api, "PATCH", "/proxies/p/toxics/latency_downstream", r#"{"attributes":{"jitter":5},"type":"ignored"}"#).await;
+        assert_eq!(patched.body, r#"{"attributes":{"latency":100,"jitter":5},"name":"latency_downstream","type":"latency","stream":"downstream","toxicity":1}"#);
+        let posted = json(&call(api, "POST", "/proxies/p/toxics/latency_downstream", r#"{"toxicity":0}"#).await);
+        assert_eq!((posted["toxicity"].clone(), posted["attributes"]["jitter"].clone()), (0.into(), 5.into()));
+
+        assert_eq!(call(api, "DELETE", "/proxies/p/toxics/cut", "").await.status, 204);
+        assert_eq!(call(api, "DELETE", "/proxies/p/toxics/cut", "").await.status, 404);
+        assert_eq!(json(&call(api, "GET", "/proxies/p", "").await)["toxics"].as_array().unwrap().len(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_latency_toxic_added_through_the_api_delays_the_proxy_and_goes_away() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let proxy = create(api, "p", echo_server().await).await;
+        assert!(rtt(proxy).await < Duration::from_millis(50));
+        let reply = call(
+            api,
+            "POST",
+            "/proxies/p/toxics",
+            r#"{"type":"latency","attributes":{"latency":200}}"#,
+        )
+        .await;
+        assert_eq!(reply.status, 200);
+        let slow = rtt(proxy).await;
+        assert!(slow >= Duration::from_millis(200), "{slow:?}");
+        assert_eq!(
+            call(api, "DELETE", "/proxies/p/toxics/latency_downstream", "")
+                .await
+                .status,
+            204
+        );
+        assert!(rtt(proxy).await < Duration::from_millis(100));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn disabling_refuses_connections_and_enabling_accepts_them_again() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let proxy = create(api, "p", echo_server().await).await;
+        let mut open = TcpStream::connect(proxy).await.unwrap();
+        let off = json(&call(api, "POST", "/proxies/p", r#"{"enabled":false}"#).await);
+        assert_eq!(off["enabled"], false);
+        assert_eq!(
+            off["listen"],
+            proxy.to_string(),
+            "listen keeps the bound address"
+        );
+        assert_eq!(
+            TcpStream::connect(proxy).await.unwrap_err().kind(),
+            io::ErrorKind::ConnectionRefused
+        );
+        assert_eq!(
+            open.read(&mut [0; 1]).await.unwrap(),
+            0,
+            "open connection not closed"
+        );
+        let on = call(api, "PATCH", "/proxies/p", r#"{"enabled":true}"#).await;
+        assert_eq!(json(&on)["enabled"], true);
+        assert!(rtt(proxy).await < Duration::from_millis(100));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn changing_the_upstream_restarts_the_proxy_and_keeps_its_toxics() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let proxy = create(api, "p", "127.0.0.1:1".parse().unwrap()).await;
+        call(
+            api,
+            "POST",
+            "/proxies/p/toxics",
+            r#"{"type":"latency","attributes":{"latency":100}}"#,
+        )
+        .await;
+        let echo = echo_server().await;
+        let moved = json(
+            &call(
+                api,
+                "POST",
+                "/proxies/p",
+                &format!(r#"{{"upstream":"{echo}"}}"#),
+            )
+            .await,
+        );
+        assert_eq!(moved["upstream"], echo.to_string());
+        assert_eq!(moved["toxics"][0]["name"], "latency_downstream");
+        assert!(rtt(proxy).await >= Duration::from_millis(100));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn populate_creates_keeps_and_replaces() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let echo = echo_server().await;
+        let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+        let body = format!(r#"[{{"name":"a","listen":"127.0.0.1:{port}","upstream":"{echo}"}},{{"name":"b","upstream":"{echo}","enabled":false}}]"#);
+        let reply = call(api, "POST", "/populate", &body).await;
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        assert_eq!(reply.header("content-type"), Some("application/json"));
+        let made = json(&reply);
+        assert_eq!(made["proxies"][0]["listen"], format!("127.0.0.1:{port}"));
+        assert_eq!(made["proxies"][1]["enabled"], false);
+        // The same again: `a` is kept (same listen and upstream), so its toxic stays.
+        call(api, "POST", "/proxies/a/toxics", r#"{"type":"latency"}"#).await;
+        let again = json(&call(api, "POST", "/populate", &body).await);
+        assert_eq!(again["proxies"][0]["toxics"].as_array().unwrap().len(), 1);
+        assert!(rtt(format!("127.0.0.1:{port}").parse().unwrap()).await < Duration::from_millis(100));
+
+        let bad = call(api, "POST", "/populate", &format!(r#"[{{"name":"c","upstream":"{echo}"}},{{"name":"d"}}]"#)).await;
+        assert_eq!((bad.status, bad.body.as_str()), (400, r#"{"error":"missing required field: upstream at proxy 2","status":400,"proxies":null}"#));
+        assert_eq!(call(api, "GET", "/proxies/c", "").await.status, 404, "nothing is created when validation fails");
+        assert_eq!(call(api, "POST", "/populate", "[]").await.body, r#"{"proxies":null}"#);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn reset_enables_everything_and_removes_every_toxic() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let proxy = create(api, "p", echo_server().await).await;
+        call(
+            api,
+            "POST",
+            "/proxies/p/toxics",
+            r#"{"type":"latency","attributes":{"latency":300}}"#,
+        )
+        .await;
+        call(api, "POST", "/proxies/p", r#"{"enabled":false}"#).await;
+        let reply = call(api, "POST", "/reset", "ignored").await;
+        assert_eq!((reply.status, reply.body.as_str()), (204, ""));
+        let p = json(&call(api, "GET", "/proxies/p", "").await);
+        assert_eq!(
+            (p["enabled"].clone(), p["toxics"].clone()),
+            (true.into(), serde_json::json!([]))
+        );
+        assert!(rtt(proxy).await < Duration::from_millis(100));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn snags_own_faults_come_through_the_toxics_endpoint() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let proxy = create(api, "p", echo_server().await).await;
+        let reply = call(api, "POST", "/proxies/p/toxics", r#"{"type":"down"}"#).await;
+        assert_eq!(reply.body, r#"{"attributes":{},"name":"down_downstream","type":"down","stream":"downstream","toxicity":1}"#);
+        let refused = async {
+            loop {
+                match TcpStream::connect(proxy).await {
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => break,
+                    _ => tokio::task::yield_now().await,
+                }
+            }
+        };
+        within(2, refused).await;
+        call(api, "DELETE", "/proxies/p/toxics/down_downstream", "").await;
+        let loss = json(&call(api, "POST", "/proxies/p/toxics", r#"{"type":"loss","attributes":{"probability":0.25}}"#).await);
+        assert_eq!(loss["attributes"], serde_json::json!({"probability": 0.25, "rto": 200, "segment": 1448}));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_token_is_required_when_set() {
+    within(5, async {
+        let api = spawn_api(Some("s3cret")).await;
+        let reply = call(api, "GET", "/proxies", "").await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (401, "{\"error\":\"unauthorized\",\"status\":401}\n")
+        );
+        let wrong = http(
+            api,
+            "GET",
+            "/proxies",
+            "",
+            &[("Authorization", "Bearer s3cres")],
+        )
+        .await;
+        assert_eq!(wrong.status, 401);
+        let right = http(
+            api,
+            "GET",
+            "/proxies",
+            "",
+            &[("Authorization", "Bearer s3cret")],
+        )
+        .await;
+        assert_eq!((right.status, right.body.as_str()), (200, "{}"));
+    })
+    .await;
+}
