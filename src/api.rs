@@ -106,16 +106,33 @@ pub struct Api {
     registry: Mutex<Registry>,
     token: Option<String>,
     requests: AtomicU64,
+    metrics: Metrics,
+}
+
+/// Which `/metrics` families are served; with none, `/metrics` is 404 as in Toxiproxy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Metrics {
+    /// Bytes received and sent per proxy and direction (`-proxy-metrics`).
+    pub proxy: bool,
+    /// The process's memory and descriptors (`-runtime-metrics`).
+    pub runtime: bool,
 }
 
 impl Api {
     /// An API with no proxies yet. With `token`, every request must carry
     /// `Authorization: Bearer TOKEN`.
-    pub fn new(seed: u64, options: Options, token: Option<String>, shutdown: Shutdown) -> Arc<Api> {
+    pub fn new(
+        seed: u64,
+        options: Options,
+        token: Option<String>,
+        metrics: Metrics,
+        shutdown: Shutdown,
+    ) -> Arc<Api> {
         Arc::new(Api {
             registry: Mutex::new(Registry::new(seed, options, shutdown)),
             token,
             requests: AtomicU64::new(0),
+            metrics,
         })
     }
 
@@ -229,6 +246,15 @@ async fn handle(api: &Api, req: Request<Incoming>, peer: SocketAddr) -> Reply {
         }
     }
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if segments == ["metrics"] && (api.metrics.proxy || api.metrics.runtime) {
+        let text = api.registry.lock().await.metrics(api.metrics);
+        let mut reply = Response::new(Full::new(Bytes::from(text)));
+        reply.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        return with_id(api, reply);
+    }
     let allowed: &[Method] = match segments.as_slice() {
         ["version"] => &[Method::GET],
         ["reset"] | ["populate"] => &[Method::POST],

@@ -25,6 +25,69 @@ pub enum Command {
     Demo(DemoArgs),
     /// Serve the control API (Toxiproxy v2 compatible) and the proxies it creates.
     Serve(ServeArgs),
+    /// Talk to a running control API (snag serve, or Toxiproxy).
+    Ctl(CtlArgs),
+}
+
+/// `snag ctl`.
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// The control API's address.
+    #[arg(long, env = "SNAG_API", default_value = "127.0.0.1:8474")]
+    pub api: std::net::SocketAddr,
+    /// Sent as `Authorization: Bearer TOKEN`.
+    #[arg(long, env = "SNAG_TOKEN")]
+    pub token: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+/// One `snag ctl` action.
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// List proxies and their faults.
+    List,
+    /// Create a proxy.
+    Create {
+        /// Its name.
+        name: String,
+        /// Where it listens (port 0: the OS chooses).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Where it relays to, host:port.
+        #[arg(long, value_parser = crate::fault::file::host_port)]
+        upstream: String,
+        /// Create it without listening.
+        #[arg(long)]
+        disabled: bool,
+    },
+    /// Enable a disabled proxy, or disable an enabled one.
+    Toggle {
+        /// The proxy.
+        name: String,
+    },
+    /// Add a fault, written as for `snag proxy --fault`.
+    Add {
+        /// The proxy.
+        name: String,
+        /// TYPE[:key=value,...], e.g. latency:latency=100,stream=upstream.
+        fault: Fault,
+    },
+    /// Remove a fault by name.
+    Remove {
+        /// The proxy.
+        name: String,
+        /// The fault's name.
+        fault: String,
+    },
+    /// Delete a proxy.
+    Delete {
+        /// The proxy.
+        name: String,
+    },
+    /// Enable every proxy and remove every fault.
+    Reset,
 }
 
 /// `snag serve`.
@@ -46,6 +109,12 @@ pub struct ServeArgs {
     /// Allow a non-loopback API address without --token.
     #[arg(long)]
     pub insecure_remote: bool,
+    /// Serve bytes received and sent per proxy and direction on /metrics.
+    #[arg(long)]
+    pub proxy_metrics: bool,
+    /// Serve the process's memory and open descriptors on /metrics.
+    #[arg(long)]
+    pub runtime_metrics: bool,
     /// What the client gets when an upstream refuses, times out or resets.
     #[arg(long, value_enum, default_value_t = OnUpstreamError::Reset)]
     pub on_upstream_error: OnUpstreamError,
@@ -88,8 +157,7 @@ pub fn args(argv: Vec<String>) -> Vec<String> {
             "config" => out.extend(["--config".to_string(), value()]),
             "seed" => out.extend(["--seed".to_string(), value()]),
             "version" => out = vec!["snag".to_string(), "--version".to_string()],
-            // Accepted for compatibility; snag has no switch for them yet.
-            "proxy-metrics" | "runtime-metrics" => {}
+            "proxy-metrics" | "runtime-metrics" => out.push(format!("--{name}")),
             _ => out.push(item),
         }
     }

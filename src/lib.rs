@@ -7,6 +7,7 @@
 //!   moves bytes of one connection through the fault stages.
 //! - [`fault`]: what a fault is, its inline form, the per-direction chain, one file
 //!   per stage, and [`fault::file`] for `faults/*.toml`.
+//! - [`api`]: the Toxiproxy-compatible control API (`snag serve`); [`ctl`], its client.
 //! - [`lab`]: backends for demos and tests; [`demo`]: the README's main job.
 //! - [`shutdown`], [`seed`]: leaves every long-lived task and random choice uses.
 
@@ -15,6 +16,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod ctl;
 pub mod demo;
 pub mod fault;
 pub mod lab;
@@ -40,6 +42,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
         Command::Proxy(args) => run_proxies(args, shutdown).await,
         Command::Demo(args) => demo::run(args, shutdown).await,
         Command::Serve(args) => serve_api(args, shutdown).await,
+        Command::Ctl(args) => ctl::run(args).await,
     }
 }
 
@@ -89,7 +92,11 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     };
     let listener = proxy::socket::bind(args.listen)
         .with_context(|| format!("control API: could not bind {}", args.listen))?;
-    let api = api::Api::new(seed, options, args.token.clone(), shutdown.clone());
+    let metrics = api::Metrics {
+        proxy: args.proxy_metrics,
+        runtime: args.runtime_metrics,
+    };
+    let api = api::Api::new(seed, options, args.token.clone(), metrics, shutdown.clone());
     match scenario {
         Some(Err(inputs)) => api.populate(inputs).await.context("config")?,
         Some(Ok(scenario)) => api.load(&scenario, &shutdown).await.context("config")?,

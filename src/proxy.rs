@@ -62,6 +62,22 @@ pub struct Proxy {
     next_conn: AtomicU64,
     /// Open connections, to wake when faults change or the proxy shuts down.
     conns: Mutex<HashMap<u64, Arc<Control>>>,
+    /// Bytes of closed connections: received up, received down, sent up, sent down.
+    traffic: [AtomicU64; 4],
+}
+
+/// Bytes relayed by a proxy's closed connections (open ones count once they close,
+/// as Toxiproxy counts them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Read from clients.
+    pub received_up: u64,
+    /// Read from the upstream.
+    pub received_down: u64,
+    /// Written to the upstream.
+    pub sent_up: u64,
+    /// Written to clients.
+    pub sent_down: u64,
 }
 
 /// A fault change that could not be made.
@@ -94,6 +110,7 @@ impl Proxy {
             edit: Mutex::new(()),
             next_conn: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
+            traffic: Default::default(),
         };
         for fault in faults {
             proxy.add_fault(fault)?;
@@ -142,6 +159,17 @@ impl Proxy {
         self.faults.send_replace(Arc::new(next));
         self.each_conn(|c| c.poke());
         Ok((*removed).clone())
+    }
+
+    /// Bytes relayed by connections that have closed.
+    pub fn traffic(&self) -> Traffic {
+        let [ru, rd, su, sd] = self.traffic.each_ref().map(|c| c.load(Ordering::Relaxed));
+        Traffic {
+            received_up: ru,
+            received_down: rd,
+            sent_up: su,
+            sent_down: sd,
+        }
     }
 
     /// Puts `fault` in the place of the fault of the same name: a new stage (and a new
@@ -385,6 +413,15 @@ async fn handle(
     )
     .await;
     proxy.unregister(conn);
+    let counts = [
+        outcome.received_up,
+        outcome.received_down,
+        outcome.sent_up,
+        outcome.sent_down,
+    ];
+    for (counter, n) in proxy.traffic.iter().zip(counts) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
     debug!(
         sent_up = outcome.sent_up,
         sent_down = outcome.sent_down,

@@ -14,14 +14,14 @@ use tokio::{
 };
 
 async fn spawn_api(token: Option<&str>) -> SocketAddr {
+    spawn_api_with(token, api::Metrics::default()).await
+}
+
+async fn spawn_api_with(token: Option<&str>, metrics: api::Metrics) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let api = api::Api::new(
-        1,
-        Options::default(),
-        token.map(String::from),
-        Shutdown::never(),
-    );
+    let token = token.map(String::from);
+    let api = api::Api::new(1, Options::default(), token, metrics, Shutdown::never());
     tokio::spawn(api::serve(listener, api, Shutdown::never()));
     addr
 }
@@ -376,6 +376,41 @@ async fn a_token_is_required_when_set() {
         )
         .await;
         assert_eq!((right.status, right.body.as_str()), (200, "{}"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn metrics_count_bytes_of_closed_connections_only_when_asked() {
+    within(10, async {
+        let plain = spawn_api(None).await;
+        assert_eq!(call(plain, "GET", "/metrics", "").await.status, 404);
+
+        let api = spawn_api_with(None, api::Metrics { proxy: true, runtime: true }).await;
+        let proxy = create(api, "p", echo_server().await).await;
+        let mut c = TcpStream::connect(proxy).await.unwrap();
+        c.write_all(b"hello").await.unwrap();
+        c.read_exact(&mut [0; 5]).await.unwrap();
+        let open = call(api, "GET", "/metrics", "").await.body;
+        assert!(open.contains(&format!(
+            "toxiproxy_proxy_received_bytes_total{{direction=\"upstream\",listener=\"{proxy}\",proxy=\"p\",upstream="
+        )), "{open}");
+        assert!(open.contains("} 0\n") && !open.contains("} 5\n"), "an open connection counts nothing yet: {open}");
+        c.shutdown().await.unwrap();
+        assert_eq!(c.read(&mut [0; 1]).await.unwrap(), 0);
+        // The proxy adds the counts once both directions are done; wait for them.
+        let counted = async {
+            loop {
+                let text = call(api, "GET", "/metrics", "").await.body;
+                if text.matches("} 5\n").count() == 4 {
+                    break text;
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        let text = within(3, counted).await;
+        assert!(text.contains("# TYPE toxiproxy_proxy_sent_bytes_total counter"), "{text}");
+        assert!(text.contains("process_resident_memory_bytes "), "{text}");
     })
     .await;
 }

@@ -128,6 +128,10 @@ pub struct Outcome {
     pub sent_up: u64,
     /// Bytes written to the client.
     pub sent_down: u64,
+    /// Bytes read from the client.
+    pub received_up: u64,
+    /// Bytes read from the upstream.
+    pub received_down: u64,
     /// Faults that applied to it at any time, in order.
     pub applied: Vec<String>,
 }
@@ -198,7 +202,7 @@ pub async fn run(
                 applied.push(name);
             }
         }
-        ((a, up.sent), (b, down.sent))
+        ((a, up.sent, up.received), (b, down.sent, down.received))
     };
     let names = || applied.join("+");
     let ending = match (&up.0, &down.0) {
@@ -226,6 +230,8 @@ pub async fn run(
         ending,
         sent_up: up.1,
         sent_down: down.1,
+        received_up: up.2,
+        received_down: down.2,
         applied,
     }
 }
@@ -246,6 +252,7 @@ struct Flow<'a> {
     /// A FIN towards the destination is queued (or was sent).
     fin_queued: bool,
     sent: u64,
+    received: u64,
     applied: Vec<String>,
 }
 
@@ -272,6 +279,7 @@ impl<'a> Flow<'a> {
             src_done: false,
             fin_queued: false,
             sent: 0,
+            received: 0,
             applied: Vec::new(),
         }
     }
@@ -340,7 +348,10 @@ impl<'a> Flow<'a> {
                             self.src_done = true;
                             self.chain.eof(now, &mut out);
                         }
-                        Ok(_) => self.chain.chunk(Chunk { data: buf.freeze(), due: now }, &mut out),
+                        Ok(n) => {
+                            self.received += n as u64;
+                            self.chain.chunk(Chunk { data: buf.freeze(), due: now }, &mut out);
+                        }
                         Err(_) => return End::PeerReset(self.side(Which::Src)),
                     }
                     self.enqueue(out);
@@ -503,8 +514,12 @@ impl<'a> Flow<'a> {
                 });
                 match step {
                     Fast::Again => {}
-                    Fast::Wrote(n) => self.sent += n as u64,
+                    Fast::Wrote(n) => {
+                        self.received += n as u64;
+                        self.sent += n as u64;
+                    }
                     Fast::Rest(written, rest) => {
+                        self.received += (written + rest.len()) as u64;
                         self.sent += written as u64;
                         if let Some(end) = self.write(&rest).await {
                             return Some(end);

@@ -1,0 +1,30 @@
+const { Toxiproxy } = require("toxiproxy-node-client");
+const http = require("http");
+const get = (url) => new Promise((ok, bad) => { const t = Date.now(); http.get(url, (r) => { let b = ""; r.on("data", (d) => b += d); r.on("end", () => ok([b.trim(), Date.now() - t])); }).on("error", bad); });
+(async () => {
+  const tp = new Toxiproxy(`http://127.0.0.1:${process.env.API_PORT}`);
+  console.log("version:", JSON.stringify((await tp.getVersion())));
+  const p = await tp.createProxy({ name: "web", listen: "localhost:0", upstream: process.env.UPSTREAM });
+  console.log("proxy:", p.name, p.listen, p.enabled);
+  const url = `http://${p.listen}/`;
+  console.log("through:", await get(url));
+  const t = await p.addToxic({ type: "latency", attributes: { latency: 120, jitter: 0 } });
+  console.log("toxic:", t.name, t.type, t.stream, t.toxicity, JSON.stringify(t.attributes));
+  console.log("with latency:", await get(url));
+  const t2 = await t.update({ attributes: { latency: 200, jitter: 0 }, toxicity: 1 , name: t.name, type: t.type, stream: t.stream});
+  console.log("updated:", JSON.stringify(t2.attributes), "→", await get(url));
+  await t.remove();
+  const p2 = await p.update({ enabled: false, listen: p.listen, upstream: p.upstream, name: p.name });
+  console.log("disabled:", p2.enabled);
+  try { await get(url); console.log("still answers!"); } catch (e) { console.log("refused:", e.code); }
+  await p.update({ enabled: true, listen: p.listen, upstream: p.upstream, name: p.name });
+  console.log("enabled again:", await get(url));
+  const all = await tp.getAll();
+  console.log("all:", Object.keys(all));
+  const pop = await tp.populate([{ name: "db", listen: "127.0.0.1:0", upstream: "127.0.0.1:5432" }]);
+  console.log("populate:", Object.keys(pop));
+  await tp.reset();
+  await (await tp.get("db")).remove();
+  await p.remove();
+  console.log("after remove:", Object.keys(await tp.getAll()));
+})().catch((e) => { console.error("FAILED", e.response ? [e.response.status, e.response.data] : e); process.exit(1); });

@@ -1,0 +1,204 @@
+//! `snag ctl`: a small client for the control API, so nobody needs curl. It speaks
+//! the same Toxiproxy v2 API as every other client, so it drives Toxiproxy too.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+
+use crate::cli::{CtlArgs, CtlCommand};
+
+/// Runs one `snag ctl` command and prints its result for people.
+pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
+    let client = Client {
+        api: args.api,
+        token: args.token,
+    };
+    match args.command {
+        CtlCommand::List => {
+            let proxies = client.call(Method::GET, "/proxies", None).await?;
+            print_table(&proxies);
+        }
+        CtlCommand::Create {
+            name,
+            listen,
+            upstream,
+            disabled,
+        } => {
+            let body = json!({ "name": name, "listen": listen, "upstream": upstream, "enabled": !disabled });
+            let proxy = client.call(Method::POST, "/proxies", Some(body)).await?;
+            println!(
+                "created {} listening on {} → {}",
+                proxy["name"], proxy["listen"], proxy["upstream"]
+            );
+        }
+        CtlCommand::Toggle { name } => {
+            let path = format!("/proxies/{name}");
+            let proxy = client.call(Method::GET, &path, None).await?;
+            let enabled = !proxy["enabled"].as_bool().unwrap_or(false);
+            client
+                .call(Method::POST, &path, Some(json!({ "enabled": enabled })))
+                .await?;
+            println!("{name} {}", if enabled { "enabled" } else { "disabled" });
+        }
+        CtlCommand::Add { name, fault } => {
+            let body = json!({
+                "name": fault.name,
+                "type": fault.kind.type_name(),
+                "stream": fault.stream.as_str(),
+                "toxicity": fault.toxicity,
+                "attributes": fault.kind.attributes_json(),
+            });
+            let toxic = client
+                .call(Method::POST, &format!("/proxies/{name}/toxics"), Some(body))
+                .await?;
+            println!(
+                "added {} to {name}: {} {} {}",
+                toxic["name"], toxic["type"], toxic["stream"], toxic["attributes"]
+            );
+        }
+        CtlCommand::Remove { name, fault } => {
+            client
+                .call(
+                    Method::DELETE,
+                    &format!("/proxies/{name}/toxics/{fault}"),
+                    None,
+                )
+                .await?;
+            println!("removed {fault} from {name}");
+        }
+        CtlCommand::Delete { name } => {
+            client
+                .call(Method::DELETE, &format!("/proxies/{name}"), None)
+                .await?;
+            println!("deleted {name}");
+        }
+        CtlCommand::Reset => {
+            client.call(Method::POST, "/reset", None).await?;
+            println!("every proxy enabled, every fault removed");
+        }
+    }
+    Ok(())
+}
+
+struct Client {
+    api: SocketAddr,
+    token: Option<String>,
+}
+
+impl Client {
+    /// One request on a fresh connection; `Err` carries the API's own error text.
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let stream = TcpStream::connect(self.api)
+            .await
+            .with_context(|| format!("could not reach the control API at {}", self.api))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", self.api.to_string())
+            .header(
+                "user-agent",
+                concat!("snag-ctl/", env!("CARGO_PKG_VERSION")),
+            )
+            .header("content-type", "application/json");
+        if let Some(token) = &self.token {
+            req = req.header("authorization", format!("Bearer {token}"));
+        }
+        let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let res = sender.send_request(req.body(Full::new(body))?).await?;
+        let status = res.status();
+        let bytes = res.into_body().collect().await?.to_bytes();
+        let value: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        };
+        if !status.is_success() {
+            let why = value["error"].as_str().map_or_else(
+                || String::from_utf8_lossy(&bytes).trim().to_string(),
+                String::from,
+            );
+            bail!("{path}: {why} ({status})");
+        }
+        Ok(value)
+    }
+}
+
+fn print_table(proxies: &Value) {
+    let Some(map) = proxies.as_object() else {
+        return;
+    };
+    let rows: Vec<[String; 5]> = map
+        .values()
+        .map(|p| {
+            let toxics: Vec<String> = p["toxics"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| {
+                    format!(
+                        "{} ({} {})",
+                        t["name"].as_str().unwrap_or(""),
+                        t["type"].as_str().unwrap_or(""),
+                        t["stream"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            [
+                p["name"].as_str().unwrap_or("").to_string(),
+                p["listen"].as_str().unwrap_or("").to_string(),
+                p["upstream"].as_str().unwrap_or("").to_string(),
+                if p["enabled"].as_bool() == Some(true) {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .to_string(),
+                if toxics.is_empty() {
+                    "–".to_string()
+                } else {
+                    toxics.join(", ")
+                },
+            ]
+        })
+        .collect();
+    let head = ["proxy", "listen", "upstream", "enabled", "faults"];
+    let widths: Vec<usize> = (0..4)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([head[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |r: [&str; 5]| {
+        format!(
+            "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3]
+        )
+    };
+    println!("{}", line(head));
+    for r in &rows {
+        println!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+    }
+    if rows.is_empty() {
+        println!("(no proxies)");
+    }
+}

@@ -1,0 +1,178 @@
+//! `snag serve` and `snag ctl` as processes: flags, configs, Toxiproxy's server flags.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+use common::{echo_server, http, within};
+
+/// Kills the child by its PID when the test ends, however it ends.
+struct Child(std::process::Child);
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `program args`, waits for its "control API on http://ADDR" line.
+async fn start_api(program: &std::path::Path, args: &[&str]) -> (Child, SocketAddr) {
+    let mut child = Child(
+        Command::new(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let addr = tokio::task::spawn_blocking(move || {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            if let Some(rest) = line.strip_prefix("control API on http://") {
+                return rest.split_whitespace().next().unwrap().parse().unwrap();
+            }
+        }
+        panic!("snag serve ended without announcing its address");
+    })
+    .await
+    .unwrap();
+    (child, addr)
+}
+
+fn snag() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_snag"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("snag-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ctl(api: SocketAddr, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(snag())
+        .args(["ctl", "--api", &api.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_remote_api_needs_a_token_or_an_explicit_insecure_flag() {
+    let out = Command::new(snag())
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--listen 0.0.0.0:0") && stderr.contains("--token"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn toxiproxy_server_flags_and_json_config_work_unchanged() {
+    within(20, async {
+        let dir = scratch("toxiproxy-server");
+        let link = dir.join("toxiproxy-server");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(snag(), &link).unwrap();
+        let echo = echo_server().await;
+        let config = dir.join("config.json");
+        std::fs::write(
+            &config,
+            format!(r#"[{{"name":"redis","listen":"127.0.0.1:0","upstream":"{echo}"}}]"#),
+        )
+        .unwrap();
+        let (_child, api) = start_api(
+            &link,
+            &[
+                "-host=127.0.0.1",
+                "-port",
+                "0",
+                &format!("-config={}", config.display()),
+                "-seed=3",
+            ],
+        )
+        .await;
+        let reply = http(api, "GET", "/proxies/redis", "", &[]).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert!(
+            reply
+                .body
+                .contains(&format!(r#""upstream":"{echo}","enabled":true"#)),
+            "{}",
+            reply.body
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_toml_fault_file_as_config_starts_its_proxies_with_their_faults() {
+    within(20, async {
+        let dir = scratch("toml-config");
+        let echo = echo_server().await;
+        let config = dir.join("f.toml");
+        let text = format!(
+            "[[proxy]]\nname = \"api\"\nlisten = \"127.0.0.1:0\"\nupstream = \"{echo}\"\n\n[[proxy.fault]]\ntype = \"latency\"\nattributes = {{ latency = 50 }}\n"
+        );
+        std::fs::write(&config, text).unwrap();
+        let (_child, api) = start_api(&snag(), &["serve", "--listen", "127.0.0.1:0", "--seed", "1", "--config", config.to_str().unwrap()]).await;
+        let reply = http(api, "GET", "/proxies/api/toxics", "", &[]).await;
+        assert_eq!(reply.body, r#"[{"attributes":{"latency":50,"jitter":0},"name":"latency_downstream","type":"latency","stream":"downstream","toxicity":1}]"#);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn ctl_creates_lists_toggles_and_changes_faults() {
+    within(30, async {
+        let (_child, api) = start_api(
+            &snag(),
+            &["serve", "--listen", "127.0.0.1:0", "--seed", "1"],
+        )
+        .await;
+        let echo = echo_server().await.to_string();
+        let (ok, out, err) = ctl(api, &["create", "web", "--upstream", &echo]);
+        assert!(
+            ok && out.starts_with("created \"web\" listening on \"127.0.0.1:"),
+            "{out}{err}"
+        );
+        let (ok, out, _) = ctl(api, &["add", "web", "latency:latency=100,stream=upstream"]);
+        assert!(ok && out.contains("latency_upstream"), "{out}");
+        let (ok, out, _) = ctl(api, &["list"]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(ok && lines[0].starts_with("proxy  listen"), "{out}");
+        assert!(
+            lines[1].starts_with("web    127.0.0.1:")
+                && lines[1].contains("yes")
+                && lines[1].contains("latency_upstream (latency upstream)"),
+            "{out}"
+        );
+        let (ok, out, _) = ctl(api, &["toggle", "web"]);
+        assert!(ok && out.trim() == "web disabled", "{out}");
+        let (ok, _, err) = ctl(api, &["remove", "web", "nope"]);
+        assert!(!ok && err.contains("toxic not found"), "{err}");
+        let (ok, _, _) = ctl(api, &["remove", "web", "latency_upstream"]);
+        assert!(ok);
+        let (ok, out, _) = ctl(api, &["delete", "web"]);
+        assert!(ok && out.trim() == "deleted web", "{out}");
+        let (ok, out, _) = ctl(api, &["list"]);
+        assert!(ok && out.contains("(no proxies)"), "{out}");
+    })
+    .await;
+}
