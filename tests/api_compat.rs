@@ -414,3 +414,29 @@ async fn metrics_count_bytes_of_closed_connections_only_when_asked() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_taken_port_is_a_500_with_gos_error_text_and_a_new_listen_moves_the_proxy() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let echo = echo_server().await;
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let body = format!(r#"{{"name":"p","listen":"127.0.0.1:{port}","upstream":"{echo}"}}"#);
+        let reply = call(api, "POST", "/proxies", &body).await;
+        let want = format!("{{\"error\":\"listen tcp 127.0.0.1:{port}: bind: address already in use\",\"status\":500}}\n");
+        assert_eq!((reply.status, reply.body.as_str()), (500, want.as_str()));
+
+        // Created disabled, the proxy keeps the literal address it was given.
+        let off = json(&call(api, "POST", "/proxies", &format!(r#"{{"name":"q","listen":"127.0.0.1:0","upstream":"{echo}","enabled":false}}"#)).await);
+        assert_eq!(off["listen"], "127.0.0.1:0");
+
+        let old = create(api, "r", echo).await;
+        let free = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+        let moved = json(&call(api, "POST", "/proxies/r", &format!(r#"{{"listen":"{free}"}}"#)).await);
+        assert_eq!(moved["listen"], free.to_string());
+        assert_eq!(TcpStream::connect(old).await.unwrap_err().kind(), io::ErrorKind::ConnectionRefused);
+        assert!(rtt(free).await < Duration::from_millis(100));
+    })
+    .await;
+}
