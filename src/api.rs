@@ -162,6 +162,8 @@ impl Api {
                 listen: Some(spec.listen.to_string()),
                 upstream: Some(spec.upstream.clone()),
                 enabled: Some(true),
+                mode: Some(spec.mode),
+                probe_paths: spec.probe_paths.clone(),
             };
             registry.create(input).await?;
             let proxy = registry.proxy(&spec.name)?;

@@ -4,7 +4,10 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{fault::Fault, proxy::relay::OnUpstreamError};
+use crate::{
+    fault::Fault,
+    proxy::{Mode, relay::OnUpstreamError},
+};
 
 /// snag: a fault-injection interposer and load-balancer test bench.
 #[derive(Debug, Parser)]
@@ -206,6 +209,14 @@ pub struct ProxyArgs {
     /// Repeat for a chain; faults apply in the order given.
     #[arg(long = "fault", value_name = "SPEC", conflicts_with = "file")]
     pub faults: Vec<Fault>,
+    /// tcp relays bytes through the TCP faults; http terminates HTTP/1.1 and h2c
+    /// and applies the HTTP faults per request.
+    #[arg(long, value_enum, default_value_t = Mode::Tcp, conflicts_with = "file")]
+    pub mode: Mode,
+    /// In http mode, requests to this path are health probes (repeat for several);
+    /// default /health, /healthz, /ready, /api/v1/health.
+    #[arg(long = "probe-path", value_name = "PATH", conflicts_with = "file")]
+    pub probe_paths: Vec<String>,
     /// A fault file (faults/*.toml): several proxies, their faults and a timeline.
     #[arg(long, env = "SNAG_FILE")]
     pub file: Option<PathBuf>,

@@ -7,6 +7,7 @@
 
 pub mod bandwidth;
 pub mod file;
+pub mod http;
 pub mod latency;
 pub mod limit_data;
 pub mod loss;
@@ -24,6 +25,7 @@ use tokio::time::Instant;
 
 use self::{
     bandwidth::Bandwidth,
+    http::{BadBody, DropRequest, HttpDelay, HttpStatus, ResetMidResponse},
     latency::Latency,
     limit_data::LimitData,
     loss::Loss,
@@ -94,11 +96,21 @@ pub enum Kind {
     Down,
     /// Listener kept but its accept queue full: SYNs are dropped.
     SynDrop,
+    /// Answer in the backend's place (HTTP mode).
+    HttpStatus(HttpStatus),
+    /// Break the response body (HTTP mode).
+    BadBody(BadBody),
+    /// Hold the response (HTTP mode).
+    HttpDelay(HttpDelay),
+    /// Swallow the request (HTTP mode).
+    DropRequest(DropRequest),
+    /// RST partway through the response body (HTTP mode).
+    ResetMidResponse(ResetMidResponse),
 }
 
 /// Every type name, for error messages.
-pub const TYPES: &str =
-    "latency, bandwidth, slicer, limit_data, timeout, reset_peer, slow_close, loss, down, syn_drop";
+pub const TYPES: &str = "latency, bandwidth, slicer, limit_data, timeout, reset_peer, slow_close, loss, down, syn_drop, \
+     http_status, bad_body, http_delay, drop_request, reset_mid_response";
 
 impl Kind {
     /// Builds a kind from its type name and attribute table, strictly, as fault files
@@ -118,6 +130,10 @@ impl Kind {
             Kind::Loss(l) if !(0.0..=1.0).contains(&l.probability) => {
                 Err(format!("probability {} is outside 0.0–1.0", l.probability))
             }
+            Kind::HttpStatus(h) if !(100..=999).contains(&h.status) => Err(format!(
+                "status {} is not an HTTP status (100–999)",
+                h.status
+            )),
             _ => Ok(kind),
         }
     }
@@ -133,6 +149,11 @@ impl Kind {
             Kind::ResetPeer(a) => serde_json::to_value(a),
             Kind::SlowClose(a) => serde_json::to_value(a),
             Kind::Loss(a) => serde_json::to_value(a),
+            Kind::HttpStatus(a) => serde_json::to_value(a),
+            Kind::BadBody(a) => serde_json::to_value(a),
+            Kind::HttpDelay(a) => serde_json::to_value(a),
+            Kind::DropRequest(a) => serde_json::to_value(a),
+            Kind::ResetMidResponse(a) => serde_json::to_value(a),
             Kind::Down | Kind::SynDrop => Ok(serde_json::Value::Object(Default::default())),
         };
         value.expect("attribute structs of plain numbers always serialise")
@@ -164,6 +185,11 @@ impl Kind {
             "reset_peer" => Kind::ResetPeer(attrs(attributes)?),
             "slow_close" => Kind::SlowClose(attrs(attributes)?),
             "loss" => Kind::Loss(attrs(attributes)?),
+            "http_status" => Kind::HttpStatus(attrs(attributes)?),
+            "bad_body" => Kind::BadBody(attrs(attributes)?),
+            "http_delay" => Kind::HttpDelay(attrs(attributes)?),
+            "drop_request" => Kind::DropRequest(attrs(attributes)?),
+            "reset_mid_response" => Kind::ResetMidResponse(attrs(attributes)?),
             "down" | "syn_drop" => {
                 if let Some(key) = attributes.keys().next() {
                     return Err(format!("{type_name} takes no attributes, got `{key}`"));
@@ -196,6 +222,9 @@ impl Kind {
                 Err(format!("probability {} is outside 0.0–1.0", l.probability))
             }
             Kind::Loss(l) if l.segment == 0 => Err("segment must be at least 1 byte".into()),
+            Kind::BadBody(b) if b.mode == http::BadBodyMode::WrongLength && b.bytes == 0 => {
+                Err("wrong_length needs bytes > 0: the length promised beyond the body".into())
+            }
             _ => Ok(()),
         }
     }
@@ -211,6 +240,11 @@ impl Kind {
             Kind::ResetPeer(_) => "reset_peer",
             Kind::SlowClose(_) => "slow_close",
             Kind::Loss(_) => "loss",
+            Kind::HttpStatus(_) => "http_status",
+            Kind::BadBody(_) => "bad_body",
+            Kind::HttpDelay(_) => "http_delay",
+            Kind::DropRequest(_) => "drop_request",
+            Kind::ResetMidResponse(_) => "reset_mid_response",
             Kind::Down => "down",
             Kind::SynDrop => "syn_drop",
         }
@@ -219,6 +253,18 @@ impl Kind {
     /// Whether it acts on the listener rather than on a connection's bytes.
     pub fn is_listener(&self) -> bool {
         matches!(self, Kind::Down | Kind::SynDrop)
+    }
+
+    /// Whether it acts on HTTP exchanges (mode http) rather than on TCP bytes.
+    pub fn is_http(&self) -> bool {
+        matches!(
+            self,
+            Kind::HttpStatus(_)
+                | Kind::BadBody(_)
+                | Kind::HttpDelay(_)
+                | Kind::DropRequest(_)
+                | Kind::ResetMidResponse(_)
+        )
     }
 
     fn stage(&self, rng: SmallRng) -> Option<Box<dyn Stage>> {
@@ -231,8 +277,78 @@ impl Kind {
             Kind::ResetPeer(a) => Box::new(a.stage()),
             Kind::SlowClose(a) => Box::new(a.stage()),
             Kind::Loss(a) => Box::new(a.stage(rng)),
-            Kind::Down | Kind::SynDrop => return None,
+            _ => return None,
         })
+    }
+}
+
+/// What a proxy understands of the traffic it relays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Bytes: the TCP fault stages.
+    #[default]
+    Tcp,
+    /// HTTP/1.1 and HTTP/2 (cleartext) requests: the HTTP faults, probes told apart.
+    Http,
+}
+
+impl Mode {
+    /// Whether a fault of `kind` can act in this mode (listener faults act in both).
+    pub fn takes(self, kind: &Kind) -> bool {
+        kind.is_listener() || (self == Mode::Http) == kind.is_http()
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Tcp => "tcp",
+            Mode::Http => "http",
+        }
+    }
+}
+
+/// Which requests (HTTP mode) a fault may touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Every request.
+    #[default]
+    Any,
+    /// Only requests the probe rules do not match: what clients send.
+    Data,
+    /// Only the balancer's health probes.
+    Probe,
+}
+
+impl Scope {
+    /// Whether a fault of this scope touches a request of class `class`
+    /// (`Data` or `Probe`).
+    pub fn covers(self, class: Scope) -> bool {
+        self == Scope::Any || self == class
+    }
+}
+
+impl Scope {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Any => "any",
+            Scope::Data => "data",
+            Scope::Probe => "probe",
+        }
+    }
+}
+
+impl FromStr for Scope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "any" => Ok(Scope::Any),
+            "data" => Ok(Scope::Data),
+            "probe" => Ok(Scope::Probe),
+            _ => Err(format!("scope `{s}` is not any, data or probe")),
+        }
     }
 }
 
@@ -248,6 +364,8 @@ pub struct Fault {
     pub toxicity: f64,
     /// Type and attributes.
     pub kind: Kind,
+    /// Which requests it may touch (HTTP faults); `Any` by default.
+    pub scope: Scope,
 }
 
 impl Fault {
@@ -279,7 +397,22 @@ impl Fault {
             stream,
             toxicity,
             kind,
+            scope: Scope::Any,
         })
+    }
+
+    /// Sets the scope. Only HTTP faults can tell probes from data; a TCP fault takes
+    /// `any` alone.
+    pub fn with_scope(mut self, scope: Scope) -> Result<Fault, String> {
+        if scope != Scope::Any && !self.kind.is_http() {
+            return Err(format!(
+                "scope {} needs an HTTP fault; {} acts on every connection",
+                scope.as_str(),
+                self.kind.type_name()
+            ));
+        }
+        self.scope = scope;
+        Ok(self)
     }
 
     /// Whether this fault applies to connection `conn` of proxy `proxy` in a run
@@ -308,7 +441,7 @@ impl FromStr for Fault {
     type Err = String;
     fn from_str(spec: &str) -> Result<Fault, String> {
         let (type_name, rest) = spec.split_once(':').unwrap_or((spec, ""));
-        let (mut name, mut stream, mut toxicity) = (None, None, None);
+        let (mut name, mut stream, mut toxicity, mut scope) = (None, None, None, Scope::Any);
         let mut attributes = toml::Table::new();
         for pair in rest.split(',').filter(|p| !p.trim().is_empty()) {
             let (key, value) = pair
@@ -318,6 +451,7 @@ impl FromStr for Fault {
             match key {
                 "name" => name = Some(value.to_string()),
                 "stream" => stream = Some(value.parse()?),
+                "scope" => scope = value.parse()?,
                 "toxicity" => {
                     toxicity = Some(
                         value
@@ -340,7 +474,7 @@ impl FromStr for Fault {
             }
         }
         let kind = Kind::new(type_name.trim(), attributes)?;
-        Fault::new(name, kind, stream, toxicity)
+        Fault::new(name, kind, stream, toxicity)?.with_scope(scope)
     }
 }
 

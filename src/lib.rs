@@ -19,6 +19,7 @@ pub mod cli;
 pub mod ctl;
 pub mod demo;
 pub mod fault;
+pub mod http;
 pub mod lab;
 pub mod proxy;
 pub mod seed;
@@ -89,6 +90,7 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let options = Options {
         on_upstream_error: args.on_upstream_error,
         connect_timeout: args.connect_timeout,
+        ..Options::default()
     };
     let listener = proxy::socket::bind(args.listen)
         .with_context(|| format!("control API: could not bind {}", args.listen))?;
@@ -130,6 +132,8 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
                     .context("--upstream is required without --file")?,
                 faults: args.faults.clone(),
                 timeline: Vec::new(),
+                mode: args.mode,
+                probe_paths: (!args.probe_paths.is_empty()).then(|| args.probe_paths.clone()),
             }],
         },
     };
@@ -141,8 +145,9 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
     let options = Options {
         on_upstream_error: args.on_upstream_error,
         connect_timeout: args.connect_timeout,
+        ..Options::default()
     };
-    let running = start(&scenario, seed, options, &shutdown)?;
+    let running = start(&scenario, seed, &options, &shutdown)?;
     let width = running
         .iter()
         .map(|r| r.proxy.name.len())
@@ -183,7 +188,7 @@ pub struct Running {
 pub fn start(
     scenario: &Scenario,
     seed: u64,
-    options: Options,
+    options: &Options,
     shutdown: &Shutdown,
 ) -> anyhow::Result<Vec<Running>> {
     let mut running = Vec::new();
@@ -192,13 +197,19 @@ pub fn start(
         let listener = proxy::socket::bind(spec.listen)
             .with_context(|| format!("proxy `{}`: could not bind {}", spec.name, spec.listen))?;
         let addr = listener.local_addr()?;
+        let mut options = options.clone();
+        options.mode = spec.mode;
+        if let Some(paths) = &spec.probe_paths {
+            options.probe_paths = paths.clone();
+        }
         let proxy = Proxy::new(
             spec.name.clone(),
             spec.upstream.clone(),
             seed,
             options,
             spec.faults.clone(),
-        )?;
+        )
+        .map_err(|e| UsageError(format!("proxy `{}`: {e}", spec.name)))?;
         let task = tokio::spawn(proxy::serve(listener, proxy.clone(), shutdown.clone()));
         tokio::spawn(play(
             proxy.clone(),

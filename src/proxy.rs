@@ -28,13 +28,23 @@ use crate::{
     shutdown::Shutdown,
 };
 
-/// How a proxy treats its upstream.
-#[derive(Debug, Clone, Copy)]
+pub use crate::fault::Mode;
+
+/// Paths whose requests count as health probes when no rule is given.
+pub const PROBE_PATHS: [&str; 4] = ["/health", "/healthz", "/ready", "/api/v1/health"];
+
+/// How a proxy treats its upstream and its traffic.
+#[derive(Debug, Clone)]
 pub struct Options {
-    /// What the client gets when the upstream refuses or resets.
+    /// What the client gets when the upstream refuses or resets (TCP mode; HTTP
+    /// mode answers 502).
     pub on_upstream_error: OnUpstreamError,
     /// How long a connect to the upstream may take before it counts as refused.
     pub connect_timeout: Duration,
+    /// Bytes or HTTP.
+    pub mode: Mode,
+    /// Requests to these paths are health probes (HTTP mode).
+    pub probe_paths: Vec<String>,
 }
 
 impl Default for Options {
@@ -42,6 +52,8 @@ impl Default for Options {
         Options {
             on_upstream_error: OnUpstreamError::Reset,
             connect_timeout: Duration::from_secs(5),
+            mode: Mode::Tcp,
+            probe_paths: PROBE_PATHS.iter().map(|p| p.to_string()).collect(),
         }
     }
 }
@@ -60,6 +72,7 @@ pub struct Proxy {
     /// Serialises changes so check-then-modify is atomic.
     edit: Mutex<()>,
     next_conn: AtomicU64,
+    next_request: AtomicU64,
     /// Open connections, to wake when faults change or the proxy shuts down.
     conns: Mutex<HashMap<u64, Arc<Control>>>,
     /// Bytes of closed connections: received up, received down, sent up, sent down.
@@ -86,6 +99,16 @@ pub enum FaultError {
     /// Names are unique across both directions.
     #[error("fault `{0}` already exists")]
     Exists(String),
+    /// A TCP fault on an HTTP proxy, or the reverse.
+    #[error("fault `{name}` ({kind}) cannot act on a proxy in mode {mode}")]
+    Mode {
+        /// The fault.
+        name: String,
+        /// Its type.
+        kind: &'static str,
+        /// The proxy's mode.
+        mode: &'static str,
+    },
     /// No fault of that name.
     #[error("no fault `{0}`")]
     NotFound(String),
@@ -109,6 +132,7 @@ impl Proxy {
             faults: watch::Sender::new(Arc::new(Vec::new())),
             edit: Mutex::new(()),
             next_conn: AtomicU64::new(0),
+            next_request: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
             traffic: Default::default(),
         };
@@ -116,6 +140,21 @@ impl Proxy {
             proxy.add_fault(fault)?;
         }
         Ok(Arc::new(proxy))
+    }
+
+    /// How it treats its upstream and its traffic.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The seed of its random choices.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The number of the next HTTP request, from 0: what its faults' toxicity draws on.
+    pub fn next_request(&self) -> u64 {
+        self.next_request.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The faults now on, in the order they were added.
@@ -133,6 +172,14 @@ impl Proxy {
         let current = self.faults.borrow().clone();
         if current.iter().any(|f| f.name == fault.name) {
             return Err(FaultError::Exists(fault.name));
+        }
+        let mode = self.options.mode;
+        if !mode.takes(&fault.kind) {
+            return Err(FaultError::Mode {
+                name: fault.name,
+                kind: fault.kind.type_name(),
+                mode: mode.as_str(),
+            });
         }
         info!(proxy = %self.name, fault = %fault.name, kind = fault.kind.type_name(), stream = %fault.stream, "fault added");
         let mut next = (*current).clone();
@@ -259,6 +306,7 @@ pub async fn serve(
     let mut listener = Some(listener);
     let mut plugs = Plugs::default();
     let tracker = TaskTracker::new();
+    let http = (proxy.options.mode == Mode::Http).then(|| crate::http::upstream(&proxy));
     info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream, "listening");
     loop {
         let state = Proxy::listener_state(&faults.borrow_and_update());
@@ -301,7 +349,18 @@ pub async fn serve(
                         // Registered here, not in the task, so a shutdown that comes
                         // before the task first runs still reaches it.
                         let control = proxy.register(conn);
-                        tracker.spawn(handle(stream, conn, proxy.clone(), faults.clone(), control).instrument(span));
+                        match &http {
+                            Some(upstream) => {
+                                let (proxy, faults, upstream) = (proxy.clone(), faults.clone(), upstream.clone());
+                                tracker.spawn(async move {
+                                    crate::http::handle(stream, proxy.clone(), faults, control, upstream).await;
+                                    proxy.unregister(conn);
+                                }.instrument(span));
+                            }
+                            None => {
+                                tracker.spawn(handle(stream, conn, proxy.clone(), faults.clone(), control).instrument(span));
+                            }
+                        }
                     }
                     Err(err) => {
                         // EMFILE and friends: let open connections finish and free
@@ -373,7 +432,7 @@ async fn handle(
     faults: Faults,
     control: Arc<Control>,
 ) {
-    let options = proxy.options;
+    let options = &proxy.options;
     let connect = timeout(
         options.connect_timeout,
         TcpStream::connect(proxy.upstream.as_str()),

@@ -440,3 +440,45 @@ async fn a_taken_port_is_a_500_with_gos_error_text_and_a_new_listen_moves_the_pr
     })
     .await;
 }
+
+#[tokio::test]
+async fn http_proxies_and_scoped_faults_come_through_the_api() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let (backend, _) = common::http_backend("fine").await;
+        let body = format!(
+            r#"{{"name":"web","listen":"127.0.0.1:0","upstream":"{backend}","mode":"http"}}"#
+        );
+        let created = json(&call(api, "POST", "/proxies", &body).await);
+        assert_eq!(created["mode"], "http");
+        let proxy: SocketAddr = created["listen"].as_str().unwrap().parse().unwrap();
+        let toxic = call(
+            api,
+            "POST",
+            "/proxies/web/toxics",
+            r#"{"type":"http_status","scope":"probe","attributes":{"status":503}}"#,
+        )
+        .await;
+        assert_eq!(toxic.status, 200, "{}", toxic.body);
+        assert_eq!(json(&toxic)["scope"], "probe");
+        assert_eq!(http(proxy, "GET", "/healthz", "", &[]).await.status, 503);
+        assert_eq!(http(proxy, "GET", "/orders", "", &[]).await.status, 200);
+        let wrong = call(
+            api,
+            "POST",
+            "/proxies/web/toxics",
+            r#"{"type":"latency","attributes":{"latency":5}}"#,
+        )
+        .await;
+        assert_eq!(wrong.status, 400);
+        assert!(
+            json(&wrong)["error"]
+                .as_str()
+                .unwrap()
+                .contains("mode http"),
+            "{}",
+            wrong.body
+        );
+    })
+    .await;
+}

@@ -20,6 +20,7 @@ struct Entry {
     listen: String,
     upstream: String,
     enabled: bool,
+    options: Options,
     proxy: Arc<Proxy>,
     /// Each toxic's `stream` as the client wrote it (Toxiproxy echoes "UPSTREAM").
     streams: BTreeMap<String, String>,
@@ -45,6 +46,10 @@ pub struct ProxyInput {
     pub upstream: Option<String>,
     /// Listening or not.
     pub enabled: Option<bool>,
+    /// snag's own: `tcp` (default) or `http`.
+    pub mode: Option<crate::fault::Mode>,
+    /// snag's own: HTTP mode's probe paths.
+    pub probe_paths: Option<Vec<String>>,
 }
 
 /// A proxy as Toxiproxy renders it, field order included.
@@ -58,6 +63,9 @@ pub struct ProxyView {
     #[serde(rename = "Logger")]
     logger: Map<String, Value>,
     toxics: Vec<ToxicView>,
+    /// snag's own, shown only for HTTP proxies so TCP ones read as Toxiproxy's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<&'static str>,
 }
 
 /// A toxic as Toxiproxy renders it, field order included.
@@ -69,6 +77,9 @@ pub struct ToxicView {
     kind: String,
     stream: String,
     toxicity: Number,
+    /// snag's own, shown only when not `any` so plain toxics read as Toxiproxy's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scope: Option<&'static str>,
 }
 
 /// Go renders a float32 1.0 as `1`: integral toxicities go out as integers.
@@ -136,11 +147,19 @@ impl Registry {
         if self.entries.contains_key(&name) {
             return Err(Error::ProxyExists);
         }
-        let proxy = self.new_proxy(&name, &upstream, Vec::new())?;
+        let mut options = self.options.clone();
+        if let Some(mode) = input.mode {
+            options.mode = mode;
+        }
+        if let Some(paths) = input.probe_paths {
+            options.probe_paths = paths;
+        }
+        let proxy = self.new_proxy(&name, &upstream, &options, Vec::new())?;
         let mut entry = Entry {
             listen: input.listen.unwrap_or_default(),
             upstream,
             enabled: false,
+            options,
             proxy,
             streams: BTreeMap::new(),
             running: None,
@@ -181,7 +200,8 @@ impl Registry {
             }
             if let Some(upstream) = upstream {
                 entry.upstream = upstream;
-                entry.proxy = self.new_proxy(name, &entry.upstream, entry.proxy.faults())?;
+                entry.proxy =
+                    self.new_proxy(name, &entry.upstream, &entry.options, entry.proxy.faults())?;
             }
         }
         match (enabled, entry.running.is_some()) {
@@ -287,12 +307,19 @@ impl Registry {
         }
         let kind = merge(&defaults, input.attributes.as_ref())?;
         let toxicity = input.toxicity.unwrap_or(1.0).clamp(0.0, 1.0);
-        let fault = Fault::new(Some(name.clone()), kind, Some(stream), Some(toxicity))
+        let scope = input
+            .scope
+            .as_deref()
+            .unwrap_or("any")
+            .parse()
             .map_err(Error::Invalid)?;
-        entry
-            .proxy
-            .add_fault(fault)
-            .map_err(|_| Error::ToxicExists)?;
+        let fault = Fault::new(Some(name.clone()), kind, Some(stream), Some(toxicity))
+            .and_then(|f| f.with_scope(scope))
+            .map_err(Error::Invalid)?;
+        entry.proxy.add_fault(fault).map_err(|e| match e {
+            proxy::FaultError::Exists(_) => Error::ToxicExists,
+            other => Error::Invalid(other.to_string()),
+        })?;
         entry.streams.insert(name.clone(), stream_sent);
         toxics(entry)
             .into_iter()
@@ -319,12 +346,17 @@ impl Registry {
         let toxicity = input
             .toxicity
             .map_or(current.toxicity, |t| t.clamp(0.0, 1.0));
+        let scope = match input.scope.as_deref() {
+            Some(s) => s.parse().map_err(Error::Invalid)?,
+            None => current.scope,
+        };
         let fault = Fault::new(
             Some(current.name),
             kind,
             Some(current.stream),
             Some(toxicity),
         )
+        .and_then(|f| f.with_scope(scope))
         .map_err(Error::Invalid)?;
         entry
             .proxy
@@ -415,13 +447,14 @@ impl Registry {
         &self,
         name: &str,
         upstream: &str,
+        options: &Options,
         faults: Vec<Fault>,
     ) -> Result<Arc<Proxy>, Error> {
         Proxy::new(
             name.to_string(),
             upstream.to_string(),
             self.seed,
-            self.options,
+            options.clone(),
             faults,
         )
         .map_err(|e| Error::Invalid(e.to_string()))
@@ -467,6 +500,7 @@ fn view(name: &str, entry: &Entry) -> ProxyView {
         enabled: entry.enabled,
         logger: Map::new(),
         toxics: toxics(entry),
+        mode: (entry.options.mode == crate::fault::Mode::Http).then_some("http"),
     }
 }
 
@@ -486,6 +520,7 @@ fn toxics(entry: &Entry) -> Vec<ToxicView> {
                 .unwrap_or_else(|| f.stream.to_string()),
             kind: f.kind.type_name().to_string(),
             toxicity: go_float(f.toxicity),
+            scope: (f.scope != crate::fault::Scope::Any).then(|| f.scope.as_str()),
             name: f.name,
         })
         .collect()
@@ -497,6 +532,7 @@ struct ToxicInput {
     kind: Option<String>,
     stream: Option<String>,
     toxicity: Option<f64>,
+    scope: Option<String>,
     attributes: Option<Map<String, Value>>,
 }
 
@@ -541,6 +577,7 @@ impl ToxicInput {
             kind: string("type")?,
             stream: string("stream")?,
             toxicity,
+            scope: string("scope")?,
             attributes,
         })
     }
@@ -569,47 +606,53 @@ fn merge(base: &Kind, changes: Option<&Map<String, Value>>) -> Result<Kind, Erro
             continue;
         };
         let go_struct = go_struct_name(base.type_name());
+        let go_type = match slot {
+            Value::Number(n) if n.is_f64() => "float64",
+            Value::Number(_) => "int64",
+            Value::String(_) => "string",
+            _ => "map[string]string",
+        };
         let wrong = |what: &str| {
             Error::BadBody(format!(
-                "json: cannot unmarshal {what} into Go struct field {go_struct}.attributes.{key} of type {}",
-                if slot_is_float(slot) {
-                    "float64"
-                } else {
-                    "int64"
-                }
+                "json: cannot unmarshal {what} into Go struct field {go_struct}.attributes.{key} of type {go_type}"
             ))
         };
-        match value {
-            Value::Null => {}
-            Value::Number(n) if slot_is_float(slot) => *slot = Value::Number(n.clone()),
-            Value::Number(n) if n.is_i64() || n.is_u64() => {
+        match (go_type, value) {
+            (_, Value::Null) => {}
+            ("float64", Value::Number(n)) => *slot = Value::Number(n.clone()),
+            ("int64", Value::Number(n)) if n.is_i64() || n.is_u64() => {
                 *slot = Value::from(
                     n.as_i64()
                         .map_or_else(|| n.as_u64().unwrap_or(0), |i| i.max(0) as u64),
                 );
             }
-            Value::Number(n) => return Err(wrong(&format!("number {n}"))),
-            other => return Err(wrong(json_kind(other))),
+            ("int64", Value::Number(n)) => return Err(wrong(&format!("number {n}"))),
+            ("string", Value::String(_)) => *slot = value.clone(),
+            ("map[string]string", Value::Object(m)) if m.values().all(Value::is_string) => {
+                *slot = value.clone()
+            }
+            (_, other) => return Err(wrong(json_kind(other))),
         }
     }
-    let table: toml::Table = attrs
-        .into_iter()
-        .map(|(k, v)| {
-            let v = match v {
-                Value::Number(n) if n.is_f64() => toml::Value::Float(n.as_f64().unwrap_or(0.0)),
-                Value::Number(n) => {
-                    toml::Value::Integer(n.as_u64().map_or(0, |u| u.min(i64::MAX as u64) as i64))
-                }
-                _ => toml::Value::Integer(0),
-            };
-            (k, v)
-        })
-        .collect();
+    let table: toml::Table = attrs.into_iter().map(|(k, v)| (k, to_toml(v))).collect();
     Kind::lenient(base.type_name(), table).map_err(Error::Invalid)
 }
 
-fn slot_is_float(slot: &Value) -> bool {
-    matches!(slot, Value::Number(n) if n.is_f64())
+/// JSON attributes as the TOML values the attribute structs deserialise from.
+fn to_toml(v: Value) -> toml::Value {
+    match v {
+        Value::Number(n) if n.is_f64() => toml::Value::Float(n.as_f64().unwrap_or(0.0)),
+        Value::Number(n) => {
+            toml::Value::Integer(n.as_u64().map_or(0, |u| u.min(i64::MAX as u64) as i64))
+        }
+        Value::String(s) => toml::Value::String(s),
+        Value::Bool(b) => toml::Value::Boolean(b),
+        Value::Array(a) => toml::Value::Array(a.into_iter().map(to_toml).collect()),
+        Value::Object(m) => {
+            toml::Value::Table(m.into_iter().map(|(k, v)| (k, to_toml(v))).collect())
+        }
+        Value::Null => toml::Value::Table(toml::Table::new()),
+    }
 }
 
 fn go_struct_name(type_name: &str) -> String {

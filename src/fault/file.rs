@@ -9,7 +9,7 @@ use std::{collections::HashSet, net::SocketAddr, path::Path, time::Duration};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Direction, Fault, Kind};
+use super::{Direction, Fault, Kind, Mode};
 
 /// A fault file that could not be used: where, and why.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +58,10 @@ pub struct ProxySpec {
     pub faults: Vec<Fault>,
     /// Changes at offsets from the start, sorted by offset.
     pub timeline: Vec<Change>,
+    /// Bytes or HTTP.
+    pub mode: Mode,
+    /// HTTP mode: paths whose requests are probes; `None` keeps the defaults.
+    pub probe_paths: Option<Vec<String>>,
 }
 
 /// One timeline entry.
@@ -93,6 +97,9 @@ struct ProxyDef {
     listen: Spanned<String>,
     upstream: Spanned<String>,
     #[serde(default)]
+    mode: Mode,
+    probe_paths: Option<Vec<String>>,
+    #[serde(default)]
     fault: Vec<Spanned<FaultDef>>,
     #[serde(default)]
     timeline: Vec<Spanned<ChangeDef>>,
@@ -106,6 +113,7 @@ struct FaultDef {
     type_name: Spanned<String>,
     stream: Option<Spanned<String>>,
     toxicity: Option<Spanned<toml::Value>>,
+    scope: Option<Spanned<String>>,
     attributes: Option<Spanned<toml::Table>>,
 }
 
@@ -177,6 +185,9 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
                     format!("proxy `{name}`: fault `{}` is defined twice", fault.name),
                 ));
             }
+            if !proxy.mode.takes(&fault.kind) {
+                return Err(at(span, mode_error(&name, &fault, proxy.mode)));
+            }
             faults.push(fault);
         }
         let mut timeline = Vec::new();
@@ -226,6 +237,9 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
                         ),
                     ));
                 }
+                Action::Add(f) if !proxy.mode.takes(&f.kind) => {
+                    return Err(at(span.clone(), mode_error(&name, f, proxy.mode)));
+                }
                 Action::Add(f) => live.push(f.name.clone()),
                 Action::Remove(n) if !live.contains(n) => {
                     return Err(at(
@@ -242,15 +256,27 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
         proxies.push(ProxySpec {
             name,
             listen,
-            upstream: upstream.clone(),
+            upstream,
             faults,
             timeline: timeline.into_iter().map(|(_, c)| c).collect(),
+            mode: proxy.mode,
+            probe_paths: proxy.probe_paths,
         });
     }
     Ok(Scenario {
         seed: def.seed,
         proxies,
     })
+}
+
+fn mode_error(proxy: &str, fault: &Fault, mode: Mode) -> String {
+    let needs = if fault.kind.is_http() { "http" } else { "tcp" };
+    format!(
+        "proxy `{proxy}`: fault `{}` ({}) needs mode = \"{needs}\", the proxy is in mode \"{}\"",
+        fault.name,
+        fault.kind.type_name(),
+        mode.as_str()
+    )
 }
 
 /// Checks that `addr` reads as `host:port` with a port from 1 to 65535; the host is
@@ -306,14 +332,23 @@ fn fault(def: FaultDef, proxy: &str) -> Result<Fault, (Option<Span>, String)> {
         };
         (span, why(e))
     })?;
-    Fault::new(def.name, kind, stream, toxicity).map_err(|e| {
+    let fault = Fault::new(def.name, kind, stream, toxicity).map_err(|e| {
         let span = if e.starts_with("toxicity") {
             def.toxicity.as_ref().map(|t| t.span())
         } else {
             None
         };
         (span, why(e))
-    })
+    })?;
+    match &def.scope {
+        Some(s) => {
+            let scope = s.get_ref().parse().map_err(|e| (Some(s.span()), why(e)))?;
+            fault
+                .with_scope(scope)
+                .map_err(|e| (Some(s.span()), why(e)))
+        }
+        None => Ok(fault),
+    }
 }
 
 #[cfg(test)]

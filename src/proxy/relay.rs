@@ -61,6 +61,16 @@ impl Control {
         self.notify.notify_waiters();
     }
 
+    /// Whether the proxy shut this connection down.
+    pub fn is_shut_down(&self) -> bool {
+        self.state.load(Ordering::Acquire) & SHUTDOWN != 0
+    }
+
+    /// Resolves on the next poke or shutdown after it was first polled (or enabled).
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
     fn abort(&self) {
         self.state.fetch_or(ABORTED, Ordering::Release);
         self.notify.notify_waiters();

@@ -32,3 +32,8 @@ pub fn reset_on_close(stream: &TcpStream) {
     // Failing here means the socket is already gone; there is nothing left to reset.
     let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
 }
+
+/// The same through another descriptor of the socket: its last close sends RST.
+pub fn reset_fd_on_close(fd: &std::os::fd::OwnedFd) {
+    let _ = SockRef::from(fd).set_linger(Some(Duration::ZERO));
+}

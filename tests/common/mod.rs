@@ -129,3 +129,125 @@ pub async fn http(
         body: body.to_string(),
     }
 }
+
+/// A request as the test backend received it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// A plain HTTP/1.1 backend written for the tests (keep-alive, Content-Length
+/// bodies): answers `body` (or, on /echo, the request's body) and records every
+/// request it received.
+pub async fn http_backend(body: &'static str) -> (SocketAddr, Arc<std::sync::Mutex<Vec<Seen>>>) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let (r, mut w) = stream.into_split();
+                let mut r = BufReader::new(r);
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut parts = line.split_whitespace();
+                    let (method, path) = (
+                        parts.next().unwrap_or("").to_string(),
+                        parts.next().unwrap_or("").to_string(),
+                    );
+                    let mut headers = Vec::new();
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let h = h.trim_end();
+                        if h.is_empty() {
+                            break;
+                        }
+                        let (k, v) = h.split_once(':').unwrap();
+                        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+                    }
+                    let len: usize = headers
+                        .iter()
+                        .find(|(k, _)| k == "content-length")
+                        .map_or(0, |(_, v)| v.parse().unwrap());
+                    let mut got = vec![0; len];
+                    if r.read_exact(&mut got).await.is_err() {
+                        return;
+                    }
+                    let answer = if path.split('?').next() == Some("/echo") {
+                        got.clone()
+                    } else {
+                        body.as_bytes().to_vec()
+                    };
+                    log.lock().unwrap().push(Seen {
+                        method,
+                        path,
+                        headers,
+                        body: got,
+                    });
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nx-instance: backend-a\r\n\r\n",
+                        answer.len()
+                    );
+                    if w.write_all(head.as_bytes()).await.is_err()
+                        || w.write_all(&answer).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// What curl (an HTTP client independent of snag) saw.
+#[derive(Debug)]
+pub struct Curl {
+    /// curl's exit code: 0, or 18 (short body), 52 (empty reply), 56 (reset) …
+    pub exit: i32,
+    pub status: u16,
+    pub version: String,
+    pub body: Vec<u8>,
+    pub stderr: String,
+}
+
+pub async fn curl(url: &str, extra: &[&str]) -> Curl {
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "5",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code} %{http_version}",
+        ])
+        .args(extra)
+        .arg(url)
+        .output()
+        .await
+        .expect("curl is installed (scripts/install-deps.sh)");
+    let mut stdout = out.stdout;
+    let cut = stdout.iter().rposition(|b| *b == b'\n').unwrap();
+    let tail = String::from_utf8(stdout.split_off(cut)).unwrap();
+    let mut tail = tail.split_whitespace();
+    Curl {
+        exit: out.status.code().unwrap_or(-1),
+        status: tail.next().unwrap().parse().unwrap(),
+        version: tail.next().unwrap_or("").to_string(),
+        body: stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

@@ -1,0 +1,471 @@
+//! HTTP mode: snag terminates HTTP/1.1 and cleartext HTTP/2 (prior knowledge) from
+//! the client, forwards each request to the upstream over pooled keep-alive
+//! connections with bodies streamed, and applies the HTTP faults one exchange at a
+//! time. Requests are told apart as health probes or data by their path.
+
+use std::{
+    convert::Infallible,
+    error::Error as _,
+    os::fd::{AsFd, OwnedFd},
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::{
+    HeaderMap, Request, Response, StatusCode, Uri, Version,
+    body::{Body, Frame, Incoming, SizeHint},
+    header::{self, HeaderName, HeaderValue},
+    service::service_fn,
+};
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::conn::auto,
+};
+use rand::RngExt;
+use tokio::{net::TcpStream, time::Sleep};
+use tracing::debug;
+
+use crate::{
+    fault::{
+        Fault, Kind, Scope,
+        http::{BadBodyMode, DelayAt, HttpStatus},
+    },
+    proxy::{
+        Proxy,
+        relay::{Control, Faults},
+        socket,
+    },
+};
+
+/// Why an exchange or a response body ended early. A concrete type, not a boxed
+/// error: hyper ends the connection (or resets the HTTP/2 stream) on either.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The upstream's body failed.
+    #[error("upstream body: {0}")]
+    Upstream(#[from] hyper::Error),
+    /// A fault ended it on purpose.
+    #[error("{0}")]
+    Fault(String),
+}
+
+/// A response body as snag sends it.
+pub type ReplyBody = BoxBody<Bytes, Failure>;
+
+/// The pooled client every connection of one proxy forwards through.
+pub type Upstream = Client<HttpConnector, Incoming>;
+
+/// A client for `proxy`'s upstream: keep-alive connections, reused across requests
+/// and client connections.
+pub fn upstream(proxy: &Proxy) -> Upstream {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(proxy.options().connect_timeout));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_timer(TokioTimer::new())
+        .build(connector)
+}
+
+/// What one client connection's exchanges share.
+struct Conn {
+    proxy: Arc<Proxy>,
+    faults: Faults,
+    upstream: Upstream,
+    /// A duplicate of the client socket's descriptor: setting SO_LINGER 0 through it
+    /// turns the close hyper makes into an RST.
+    socket: OwnedFd,
+}
+
+/// Serves one client connection in HTTP mode until it closes, the proxy goes down
+/// or shuts down.
+pub async fn handle(
+    stream: TcpStream,
+    proxy: Arc<Proxy>,
+    faults: Faults,
+    control: Arc<Control>,
+    upstream: Upstream,
+) {
+    let _ = stream.set_nodelay(true);
+    let socket = match stream.as_fd().try_clone_to_owned() {
+        Ok(fd) => fd,
+        Err(err) => {
+            debug!(%err, "could not duplicate the client socket; closing it");
+            return;
+        }
+    };
+    let watched = faults.clone();
+    let conn = Arc::new(Conn {
+        proxy,
+        faults,
+        upstream,
+        socket,
+    });
+    let service = service_fn(move |req| {
+        let conn = conn.clone();
+        async move { exchange(req, &conn).await }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let serving = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        done = serving => if let Err(err) = done { debug!(%err, "http connection ended") },
+        _ = ended(&control, &watched) => debug!("http connection closed by snag"),
+    }
+}
+
+/// Resolves when the proxy shuts down or goes `down`.
+async fn ended(control: &Control, faults: &Faults) {
+    loop {
+        let mut woken = std::pin::pin!(control.notified());
+        woken.as_mut().enable();
+        if control.is_shut_down() || faults.borrow().iter().any(|f| f.kind == Kind::Down) {
+            return;
+        }
+        woken.await;
+    }
+}
+
+/// Whether a request is a probe: its path is one of the proxy's probe paths.
+fn classify(req: &Request<Incoming>, probe_paths: &[String]) -> Scope {
+    if probe_paths.iter().any(|p| p == req.uri().path()) {
+        Scope::Probe
+    } else {
+        Scope::Data
+    }
+}
+
+async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyBody>, Failure> {
+    let proxy = &conn.proxy;
+    let number = proxy.next_request();
+    let class = classify(&req, &proxy.options().probe_paths);
+    let requests = format!("{}/requests", proxy.name);
+    let faults: Vec<Arc<Fault>> = conn
+        .faults
+        .borrow()
+        .iter()
+        .filter(|f| {
+            f.kind.is_http() && f.scope.covers(class) && f.applies(proxy.seed(), &requests, number)
+        })
+        .cloned()
+        .collect();
+    debug!(number, class = class.as_str(), path = %req.uri().path(), faults = faults.len(), "request");
+
+    for fault in &faults {
+        match &fault.kind {
+            Kind::HttpStatus(h) => return Ok(status_reply(h)),
+            Kind::DropRequest(d) => {
+                drop(req);
+                if d.timeout == 0 {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(Duration::from_millis(d.timeout)).await;
+                socket::reset_fd_on_close(&conn.socket);
+                return Err(Failure::Fault(format!(
+                    "drop_request `{}`: reset after {} ms",
+                    fault.name, d.timeout
+                )));
+            }
+            _ => {}
+        }
+    }
+
+    let h2 = req.version() == Version::HTTP_2;
+    let outbound = match outbound(req, &proxy.upstream) {
+        Ok(r) => r,
+        Err(e) => return Ok(plain(StatusCode::BAD_REQUEST, format!("snag: {e}\n"))),
+    };
+    let response = match conn.upstream.request(outbound).await {
+        Ok(r) => r,
+        Err(err) => {
+            let why = err
+                .source()
+                .map_or_else(|| err.to_string(), |s| s.to_string());
+            debug!(%why, "upstream request failed");
+            return Ok(plain(
+                StatusCode::BAD_GATEWAY,
+                format!("snag: upstream {}: {why}\n", proxy.upstream),
+            ));
+        }
+    };
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let mut body: ReplyBody = body.map_err(Failure::Upstream).boxed();
+    let mut plan = Plan::default();
+    for fault in &faults {
+        match &fault.kind {
+            Kind::HttpDelay(d) => {
+                let delay = Duration::from_millis(d.delay);
+                match d.at {
+                    DelayAt::Headers => tokio::time::sleep(delay).await,
+                    DelayAt::Body => plan.first += delay,
+                    DelayAt::Chunk => plan.each += delay,
+                }
+            }
+            Kind::ResetMidResponse(r) => plan.cut = Some((r.bytes, Cut::Reset)),
+            Kind::BadBody(b) => match b.mode {
+                BadBodyMode::Truncate => plan.cut = Some((b.bytes, Cut::Close)),
+                BadBodyMode::WrongLength => {
+                    // The real length is needed to promise more than it.
+                    let whole = body.collect().await?.to_bytes();
+                    let promised = whole.len() as u64 + b.bytes;
+                    parts
+                        .headers
+                        .insert(header::CONTENT_LENGTH, HeaderValue::from(promised));
+                    plan.cut = Some((whole.len() as u64, Cut::Close));
+                    body = full(whole);
+                }
+                mode => {
+                    let whole = body.collect().await?.to_bytes();
+                    let replaced = match mode {
+                        BadBodyMode::Garbage => {
+                            let mut rng = crate::seed::rng(
+                                proxy.seed(),
+                                &[requests.as_bytes(), &number.to_le_bytes(), b"garbage"],
+                            );
+                            Bytes::from(
+                                (0..whole.len())
+                                    .map(|_| rng.random::<u8>())
+                                    .collect::<Vec<u8>>(),
+                            )
+                        }
+                        BadBodyMode::Empty => Bytes::new(),
+                        _ => Bytes::from(b.text.clone()),
+                    };
+                    parts
+                        .headers
+                        .insert(header::CONTENT_LENGTH, HeaderValue::from(replaced.len()));
+                    body = full(replaced);
+                }
+            },
+            _ => {}
+        }
+    }
+    let faulted = Faulted::new(body, plan, conn, h2);
+    Ok(Response::from_parts(parts, faulted.boxed()))
+}
+
+/// The request as it goes upstream: same method, path, headers and body, over
+/// HTTP/1.1, minus hop-by-hop headers; the client's Host (or HTTP/2 authority) kept.
+fn outbound(req: Request<Incoming>, upstream: &str) -> Result<Request<Incoming>, String> {
+    let (mut parts, body) = req.into_parts();
+    let authority = parts.uri.authority().map(|a| a.to_string());
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    parts.uri = format!("http://{upstream}{path}")
+        .parse::<Uri>()
+        .map_err(|e| format!("bad request target: {e}"))?;
+    parts.version = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(host) = authority.and_then(|a| HeaderValue::from_str(&a).ok())
+    {
+        parts.headers.insert(header::HOST, host);
+    }
+    Ok(Request::from_parts(parts, body))
+}
+
+/// Removes the headers that describe one hop (RFC 9110 §7.6.1), and those the
+/// Connection header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        headers.remove(name);
+    }
+}
+
+fn status_reply(h: &HttpStatus) -> Response<ReplyBody> {
+    let mut reply = Response::new(full(Bytes::from(h.body.clone())));
+    *reply.status_mut() = StatusCode::from_u16(h.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    for (name, value) in &h.headers {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            reply.headers_mut().insert(n, v);
+        }
+    }
+    reply
+}
+
+fn plain(status: StatusCode, text: String) -> Response<ReplyBody> {
+    let mut reply = Response::new(full(Bytes::from(text)));
+    *reply.status_mut() = status;
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    reply
+}
+
+fn full(bytes: Bytes) -> ReplyBody {
+    Full::new(bytes)
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+/// How a response body is to be broken.
+#[derive(Debug, Default)]
+struct Plan {
+    /// Wait before the first body chunk.
+    first: Duration,
+    /// Wait before every body chunk.
+    each: Duration,
+    /// After this many body bytes, end the connection: FIN or RST.
+    cut: Option<(u64, Cut)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Close,
+    Reset,
+}
+
+/// The upstream's body with the plan applied.
+///
+/// A cut happens in three polls: the last bytes go out; then one `Pending` (with a
+/// wake-up) so hyper flushes them to the socket; then the end. An HTTP/1.1 close is
+/// a FIN through the duplicated descriptor while the body stays open, so the client
+/// sees a short body and EOF; a reset sets SO_LINGER 0 and fails the body, so hyper's
+/// close is an RST. On HTTP/2 a failed body is an RST_STREAM for that stream alone.
+struct Faulted {
+    inner: ReplyBody,
+    plan: Plan,
+    sent: u64,
+    wait: Option<Pin<Box<Sleep>>>,
+    cutting: Cutting,
+    h2: bool,
+    socket: Option<OwnedFd>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cutting {
+    No,
+    Flush,
+    Now,
+    Done,
+}
+
+impl Faulted {
+    fn new(inner: ReplyBody, plan: Plan, conn: &Conn, h2: bool) -> Faulted {
+        let delay = plan.first + plan.each;
+        let socket = plan.cut.and_then(|_| conn.socket.try_clone().ok());
+        let wait = (!delay.is_zero()).then(|| Box::pin(tokio::time::sleep(delay)));
+        let cutting = if plan.cut.is_some_and(|(limit, _)| limit == 0) {
+            Cutting::Flush
+        } else {
+            Cutting::No
+        };
+        Faulted {
+            inner,
+            plan,
+            sent: 0,
+            wait,
+            cutting,
+            h2,
+            socket,
+        }
+    }
+
+    fn cut(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
+        match self.cutting {
+            Cutting::Flush => {
+                self.cutting = Cutting::Now;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Cutting::Now => {
+                self.cutting = Cutting::Done;
+                let how = self.plan.cut.map(|(_, how)| how);
+                if how == Some(Cut::Close) && !self.h2 {
+                    if let Some(fd) = &self.socket {
+                        let _ = socket2::SockRef::from(fd).shutdown(std::net::Shutdown::Write);
+                    }
+                    // The connection ends when the client, seeing the FIN, closes.
+                    return Poll::Pending;
+                }
+                if how == Some(Cut::Reset)
+                    && let Some(fd) = &self.socket
+                {
+                    socket::reset_fd_on_close(fd);
+                }
+                Poll::Ready(Some(Err(Failure::Fault("response cut by a fault".into()))))
+            }
+            Cutting::Done | Cutting::No => Poll::Pending,
+        }
+    }
+}
+
+impl Body for Faulted {
+    type Data = Bytes;
+    type Error = Failure;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
+        let this = self.get_mut();
+        if this.cutting != Cutting::No {
+            return this.cut(cx);
+        }
+        if let Some(wait) = &mut this.wait {
+            ready!(wait.as_mut().poll(cx));
+            this.wait = None;
+        }
+        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                let Ok(mut data) = frame.into_data() else {
+                    return Poll::Ready(None); // trailers: not relayed
+                };
+                if let Some((limit, _)) = this.plan.cut {
+                    let left = limit.saturating_sub(this.sent);
+                    if data.len() as u64 >= left {
+                        data.truncate(left as usize);
+                        this.cutting = Cutting::Flush;
+                    }
+                }
+                this.sent += data.len() as u64;
+                if !this.plan.each.is_zero() {
+                    this.wait = Some(Box::pin(tokio::time::sleep(this.plan.each)));
+                }
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Some(Err(e)) => Poll::Ready(Some(Err(e))),
+            // A reset due after more bytes than the body has still happens: the
+            // client must see a reset, not a complete answer.
+            None if matches!(this.plan.cut, Some((_, Cut::Reset))) => {
+                this.cutting = Cutting::Flush;
+                this.cut(cx)
+            }
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.plan.cut.is_some() {
+            SizeHint::default()
+        } else {
+            self.inner.size_hint()
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! HTTP mode and its faults, observed by curl and by a backend that records what
+//! reached it: neither is snag.
+
+mod common;
+
+use std::{io, net::SocketAddr, time::Duration};
+
+use common::{curl, http, http_backend, within};
+use snag::{
+    fault::Fault,
+    proxy::{self, Mode, Options, Proxy},
+    shutdown::Shutdown,
+};
+use tokio::{io::AsyncReadExt, io::AsyncWriteExt, net::TcpStream, time::Instant};
+
+async fn http_proxy(upstream: SocketAddr, faults: &[&str]) -> SocketAddr {
+    let faults: Vec<Fault> = faults.iter().map(|f| f.parse().unwrap()).collect();
+    let options = Options {
+        mode: Mode::Http,
+        ..Options::default()
+    };
+    let proxy = Proxy::new("h".into(), upstream.to_string(), 1, options, faults).unwrap();
+    let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(proxy::serve(listener, proxy, Shutdown::never()));
+    addr
+}
+
+#[tokio::test]
+async fn requests_pass_exactly_minus_hop_by_hop_headers() {
+    within(10, async {
+        let (backend, seen) = http_backend("hello").await;
+        let proxy = http_proxy(backend, &[]).await;
+        let reply = http(
+            proxy,
+            "POST",
+            "/echo?x=1",
+            "payload",
+            &[
+                ("Connection", "close, x-hop"),
+                ("x-hop", "1"),
+                ("x-end", "2"),
+            ],
+        )
+        .await;
+        assert_eq!((reply.status, reply.body.as_str()), (200, "payload"));
+        assert_eq!(reply.header("x-instance"), Some("backend-a"));
+        let got = seen.lock().unwrap()[0].clone();
+        assert_eq!(
+            (got.method.as_str(), got.path.as_str(), got.body.as_slice()),
+            ("POST", "/echo?x=1", b"payload".as_slice())
+        );
+        let names: Vec<&str> = got.headers.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(
+            names.contains(&"x-end") && !names.contains(&"x-hop"),
+            "{names:?}"
+        );
+        assert_eq!(
+            got.headers
+                .iter()
+                .find(|(k, _)| k == "host")
+                .map(|(_, v)| v.as_str()),
+            Some(proxy.to_string().as_str())
+        );
+        // Over cleartext HTTP/2 too, with curl as the client.
+        let h2 = curl(&format!("http://{proxy}/"), &["--http2-prior-knowledge"]).await;
+        assert_eq!(
+            (h2.exit, h2.status, h2.version.as_str(), h2.body.as_slice()),
+            (0, 200, "2", b"hello".as_slice()),
+            "{}",
+            h2.stderr
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn http_status_answers_without_reaching_the_upstream() {
+    within(10, async {
+        let (backend, seen) = http_backend("hello").await;
+        let proxy = http_proxy(backend, &["http_status:status=503"]).await;
+        let got = curl(&format!("http://{proxy}/"), &[]).await;
+        assert_eq!((got.exit, got.status), (0, 503), "{}", got.stderr);
+        assert!(seen.lock().unwrap().is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn truncate_and_wrong_length_give_a_200_with_a_body_error() {
+    within(10, async {
+        let (backend, _) = http_backend("0123456789abcdef").await;
+        let proxy = http_proxy(backend, &["bad_body:mode=truncate,bytes=6"]).await;
+        let got = curl(&format!("http://{proxy}/"), &[]).await;
+        assert_eq!(
+            (got.exit, got.status, got.body.as_slice()),
+            (18, 200, b"012345".as_slice()),
+            "{}",
+            got.stderr
+        );
+
+        let proxy = http_proxy(backend, &["bad_body:mode=wrong_length,bytes=10"]).await;
+        let got = curl(&format!("http://{proxy}/"), &[]).await;
+        assert_eq!(
+            (got.exit, got.status, got.body.as_slice()),
+            (18, 200, b"0123456789abcdef".as_slice()),
+            "{}",
+            got.stderr
+        );
+        assert!(got.stderr.contains("10 bytes remaining"), "{}", got.stderr);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn replace_empty_and_garbage_keep_the_status_and_change_the_body() {
+    within(10, async {
+        let (backend, _) = http_backend("{\"status\":\"ok\"}").await;
+        let proxy = http_proxy(backend, &["bad_body:mode=replace,text=degraded"]).await;
+        let got = curl(&format!("http://{proxy}/"), &[]).await;
+        assert_eq!(
+            (got.exit, got.status, got.body.as_slice()),
+            (0, 200, b"degraded".as_slice())
+        );
+        let proxy = http_proxy(backend, &["bad_body:mode=empty"]).await;
+        assert_eq!(curl(&format!("http://{proxy}/"), &[]).await.body, b"");
+        let proxy = http_proxy(backend, &["bad_body:mode=garbage"]).await;
+        let got = curl(&format!("http://{proxy}/"), &[]).await;
+        assert_eq!((got.exit, got.status, got.body.len()), (0, 200, 15));
+        assert_ne!(got.body, b"{\"status\":\"ok\"}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_probe_scoped_fault_leaves_data_alone_and_the_reverse() {
+    within(10, async {
+        let (backend, _) = http_backend("fine").await;
+        let proxy = http_proxy(backend, &["http_status:status=503,scope=probe"]).await;
+        assert_eq!(
+            curl(&format!("http://{proxy}/healthz"), &[]).await.status,
+            503
+        );
+        assert_eq!(
+            curl(&format!("http://{proxy}/api/orders"), &[])
+                .await
+                .status,
+            200
+        );
+        let proxy = http_proxy(backend, &["http_status:status=500,scope=data"]).await;
+        assert_eq!(
+            curl(&format!("http://{proxy}/health"), &[]).await.status,
+            200
+        );
+        assert_eq!(
+            curl(&format!("http://{proxy}/api/orders"), &[])
+                .await
+                .status,
+            500
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn reset_mid_response_sends_the_head_and_part_of_the_body_then_rst() {
+    within(10, async {
+        let (backend, _) = http_backend("0123456789abcdef").await;
+        let proxy = http_proxy(backend, &["reset_mid_response:bytes=4"]).await;
+        let got = curl(&format!("http://{proxy}/"), &[]).await;
+        assert_eq!((got.exit, got.status), (56, 200), "{}", got.stderr);
+        assert!(got.stderr.contains("reset"), "{}", got.stderr);
+        assert!(b"0123".starts_with(&got.body), "{:?}", got.body);
+        // Over HTTP/2 the same fault resets the one stream.
+        let h2 = curl(&format!("http://{proxy}/"), &["--http2-prior-knowledge"]).await;
+        assert_eq!((h2.exit, h2.status), (92, 200), "{}", h2.stderr);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn drop_request_forwards_nothing_and_resets_after_its_timeout() {
+    within(10, async {
+        let (backend, seen) = http_backend("hello").await;
+        let proxy = http_proxy(backend, &["drop_request:timeout=300"]).await;
+        let t = Instant::now();
+        let mut c = TcpStream::connect(proxy).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let err = c.read(&mut [0; 64]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(seen.lock().unwrap().is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn http_delay_holds_the_head_or_the_body() {
+    within(10, async {
+        let (backend, _) = http_backend("hello").await;
+        for spec in [
+            "http_delay:delay=200",
+            "http_delay:delay=200,at=body",
+            "http_delay:delay=200,at=chunk",
+        ] {
+            let proxy = http_proxy(backend, &[spec]).await;
+            let t = Instant::now();
+            let got = curl(&format!("http://{proxy}/"), &[]).await;
+            assert_eq!(
+                (got.exit, got.status, got.body.as_slice()),
+                (0, 200, b"hello".as_slice())
+            );
+            assert!(
+                t.elapsed() >= Duration::from_millis(200),
+                "{spec}: {:?}",
+                t.elapsed()
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_dead_upstream_is_a_502_and_malformed_requests_a_400() {
+    within(10, async {
+        let dead = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let proxy = http_proxy(dead, &[]).await;
+        let got = curl(&format!("http://{proxy}/"), &[]).await;
+        assert_eq!(got.status, 502);
+        assert!(
+            String::from_utf8_lossy(&got.body).contains("snag: upstream"),
+            "{:?}",
+            got.body
+        );
+
+        let (backend, seen) = http_backend("hello").await;
+        let proxy = http_proxy(backend, &[]).await;
+        let mut c = TcpStream::connect(proxy).await.unwrap();
+        c.write_all(b"THIS IS NOT HTTP\r\n\r\n").await.unwrap();
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).await.unwrap();
+        assert!(
+            answer.starts_with(b"HTTP/1.1 400"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        assert!(seen.lock().unwrap().is_empty());
+    })
+    .await;
+}
+
+#[test]
+fn tcp_faults_on_an_http_proxy_are_refused_with_the_reason() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_snag"))
+        .args([
+            "proxy",
+            "--mode",
+            "http",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:1",
+            "--fault",
+            "latency:latency=5",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("latency_downstream") && stderr.contains("mode http"),
+        "{stderr}"
+    );
+    let bad: Result<Fault, _> = "latency:latency=5,scope=probe".parse();
+    assert!(bad.unwrap_err().contains("scope probe needs an HTTP fault"));
+}
