@@ -264,6 +264,8 @@ async fn handle(api: &Api, req: Request<Incoming>, peer: SocketAddr) -> Reply {
         ["proxies", _] | ["proxies", _, "toxics", _] => {
             &[Method::GET, Method::POST, Method::PATCH, Method::DELETE]
         }
+        ["proxies", _, "drain"] => &[Method::POST, Method::DELETE],
+        ["proxies", _, "stats"] => &[Method::GET],
         ["proxies", _, "toxics"] => &[Method::GET, Method::POST],
         _ => return plain(StatusCode::NOT_FOUND, "404 page not found\n"),
     };
@@ -333,6 +335,19 @@ async fn route(api: &Api, method: &Method, segments: &[&str], body: &Bytes) -> R
                 .map(|p| json(StatusCode::OK, &p)),
             Err(e) => Err(e),
         },
+        (&Method::POST, ["proxies", name, "drain"]) => registry.proxy(name).and_then(|proxy| {
+            let drain: crate::proxy::drain::Drain = decode(body)?;
+            drain.validate().map_err(Error::Invalid)?;
+            proxy.drain(drain);
+            Ok(json(StatusCode::OK, &serde_json::json!({ "drain": drain })))
+        }),
+        (_, ["proxies", name, "drain"]) => registry.proxy(name).map(|proxy| {
+            proxy.undrain();
+            empty(StatusCode::NO_CONTENT)
+        }),
+        (_, ["proxies", name, "stats"]) => registry
+            .proxy(name)
+            .map(|proxy| json(StatusCode::OK, &proxy.counters().snapshot())),
         (&Method::GET, ["proxies", name, "toxics"]) => {
             registry.toxics(name).map(|t| json(StatusCode::OK, &t))
         }

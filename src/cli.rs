@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     fault::Fault,
-    proxy::{Mode, relay::OnUpstreamError},
+    proxy::{Mode, drain::DrainAt, relay::OnUpstreamError},
 };
 
 /// snag: a fault-injection interposer and load-balancer test bench.
@@ -217,6 +217,10 @@ pub struct ProxyArgs {
     /// default /health, /healthz, /ready, /api/v1/health.
     #[arg(long = "probe-path", value_name = "PATH", conflicts_with = "file")]
     pub probe_paths: Vec<String>,
+    /// Drain the proxy: MODE[:timeout=MS,new=refuse|ignore,rate=KBPS][@OFFSET], MODE
+    /// one of graceful, slow, deadline, abrupt; e.g. deadline:timeout=2000@5s.
+    #[arg(long, value_name = "SPEC", conflicts_with = "file")]
+    pub drain: Option<DrainAt>,
     /// A fault file (faults/*.toml): several proxies, their faults and a timeline.
     #[arg(long, env = "SNAG_FILE")]
     pub file: Option<PathBuf>,

@@ -195,6 +195,16 @@ fn phase_labels(spec: &file::ProxySpec, bounds: &[Duration]) -> Vec<String> {
                         on.remove(i);
                     }
                 }
+                Action::Drain(d) => {
+                    names.push("(drain)".into());
+                    on.push(format!("drain {:?}", d.mode).to_lowercase());
+                }
+                Action::Undrain => {
+                    if let Some(i) = names.iter().position(|m| m == "(drain)") {
+                        names.remove(i);
+                        on.remove(i);
+                    }
+                }
             }
         }
         labels.push(if on.is_empty() {

@@ -37,6 +37,7 @@ use crate::{
     },
     proxy::{
         Proxy,
+        drain::{Drain, DrainMode},
         relay::{Control, Faults},
         socket,
     },
@@ -80,6 +81,8 @@ struct Conn {
     /// A duplicate of the client socket's descriptor: setting SO_LINGER 0 through it
     /// turns the close hyper makes into an RST.
     socket: OwnedFd,
+    /// Whether it carried an HTTP/2 request (a drain's GOAWAY is counted then).
+    h2: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Serves one client connection in HTTP mode until it closes, the proxy goes down
@@ -100,11 +103,21 @@ pub async fn handle(
         }
     };
     let watched = faults.clone();
+    let watched_proxy = proxy.clone();
+    let reset_fd = match socket.try_clone() {
+        Ok(fd) => fd,
+        Err(err) => {
+            debug!(%err, "could not duplicate the client socket; closing it");
+            return;
+        }
+    };
+    let h2 = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let conn = Arc::new(Conn {
         proxy,
         faults,
         upstream,
         socket,
+        h2: h2.clone(),
     });
     let service = service_fn(move |req| {
         let conn = conn.clone();
@@ -112,19 +125,65 @@ pub async fn handle(
     });
     let builder = auto::Builder::new(TokioExecutor::new());
     let serving = builder.serve_connection(TokioIo::new(stream), service);
-    tokio::select! {
-        done = serving => if let Err(err) = done { debug!(%err, "http connection ended") },
-        _ = ended(&control, &watched) => debug!("http connection closed by snag"),
+    let mut serving = std::pin::pin!(serving);
+    let mut drained = false;
+    loop {
+        tokio::select! {
+            done = serving.as_mut() => {
+                if let Err(err) = done {
+                    debug!(%err, "http connection ended");
+                }
+                return;
+            }
+            why = ended(&control, &watched, drained) => match why {
+                Stop::Drain => {
+                    // hyper closes idle HTTP/1.1 connections, marks responses in flight
+                    // `Connection: close`, and sends HTTP/2 connections a GOAWAY (the
+                    // two-step of RFC 9113 §6.8: first the maximum stream id, then
+                    // after a PING the last stream it will process).
+                    drained = true;
+                    if h2.load(std::sync::atomic::Ordering::Relaxed) {
+                        watched_proxy.counters().goaway();
+                    }
+                    serving.as_mut().graceful_shutdown();
+                }
+                Stop::Reset => {
+                    socket::reset_fd_on_close(&reset_fd);
+                    debug!("http connection reset by a drain");
+                    return;
+                }
+                Stop::Close => {
+                    debug!("http connection closed by snag");
+                    return;
+                }
+            },
+        }
     }
 }
 
-/// Resolves when the proxy shuts down or goes `down`.
-async fn ended(control: &Control, faults: &Faults) {
+/// Why snag ends or winds down an HTTP connection.
+enum Stop {
+    /// Finish gracefully.
+    Drain,
+    /// RST now.
+    Reset,
+    /// Close now (shutdown, or the proxy went `down`).
+    Close,
+}
+
+/// Resolves when snag must act on the connection; `drained`: the drain was seen.
+async fn ended(control: &Control, faults: &Faults, drained: bool) -> Stop {
     loop {
         let mut woken = std::pin::pin!(control.notified());
         woken.as_mut().enable();
+        if control.is_reset() {
+            return Stop::Reset;
+        }
         if control.is_shut_down() || faults.borrow().iter().any(|f| f.kind == Kind::Down) {
-            return;
+            return Stop::Close;
+        }
+        if control.is_draining() && !drained {
+            return Stop::Drain;
         }
         woken.await;
     }
@@ -154,8 +213,37 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
         .cloned()
         .collect();
     debug!(number, class = class.as_str(), path = %req.uri().path(), faults = faults.len(), "request");
+    let counters = proxy.counters();
+    counters.request(class, proxy.draining().is_some());
+    for name in &proxy.options().id_headers {
+        if let Some(id) = req
+            .headers()
+            .get(name.as_str())
+            .and_then(|v| v.to_str().ok())
+        {
+            counters.transaction(id);
+        }
+    }
+    if req.version() == Version::HTTP_2 {
+        conn.h2.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    let reply = respond(req, conn, number, &faults).await;
+    if let Ok(r) = &reply {
+        counters.response(r.status().as_u16());
+    }
+    reply
+}
 
-    for fault in &faults {
+async fn respond(
+    req: Request<Incoming>,
+    conn: &Conn,
+    number: u64,
+    faults: &[Arc<Fault>],
+) -> Result<Response<ReplyBody>, Failure> {
+    let proxy = &conn.proxy;
+    let requests = format!("{}/requests", proxy.name);
+
+    for fault in faults {
         match &fault.kind {
             Kind::HttpStatus(h) => return Ok(status_reply(h)),
             Kind::DropRequest(d) => {
@@ -186,6 +274,7 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
                 .source()
                 .map_or_else(|| err.to_string(), |s| s.to_string());
             debug!(%why, "upstream request failed");
+            proxy.counters().upstream_error();
             return Ok(plain(
                 StatusCode::BAD_GATEWAY,
                 format!("snag: upstream {}: {why}\n", proxy.upstream),
@@ -195,8 +284,16 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let mut body: ReplyBody = body.map_err(Failure::Upstream).boxed();
+    if let Some(instance) = parts
+        .headers
+        .get("x-instance")
+        .and_then(|v| v.to_str().ok())
+    {
+        let expected = proxy.options().instance.as_deref().unwrap_or(&proxy.name);
+        proxy.counters().instance(instance, expected);
+    }
     let mut plan = Plan::default();
-    for fault in &faults {
+    for fault in faults {
         match &fault.kind {
             Kind::HttpDelay(d) => {
                 let delay = Duration::from_millis(d.delay);
@@ -356,6 +453,8 @@ struct Faulted {
     cutting: Cutting,
     h2: bool,
     socket: Option<OwnedFd>,
+    /// Consulted per chunk: a slow drain paces responses already in flight.
+    proxy: Arc<Proxy>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -384,6 +483,7 @@ impl Faulted {
             cutting,
             h2,
             socket,
+            proxy: conn.proxy.clone(),
         }
     }
 
@@ -445,8 +545,17 @@ impl Body for Faulted {
                     }
                 }
                 this.sent += data.len() as u64;
-                if !this.plan.each.is_zero() {
-                    this.wait = Some(Box::pin(tokio::time::sleep(this.plan.each)));
+                let mut pause = this.plan.each;
+                if let Some(Drain {
+                    mode: DrainMode::Slow,
+                    rate,
+                    ..
+                }) = this.proxy.draining()
+                {
+                    pause += Duration::from_nanos(data.len() as u64 * 1_000_000 / rate.max(1));
+                }
+                if !pause.is_zero() {
+                    this.wait = Some(Box::pin(tokio::time::sleep(pause)));
                 }
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }

@@ -18,6 +18,7 @@ pub mod api;
 pub mod cli;
 pub mod ctl;
 pub mod demo;
+pub mod events;
 pub mod fault;
 pub mod http;
 pub mod lab;
@@ -148,6 +149,16 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         ..Options::default()
     };
     let running = start(&scenario, seed, &options, &shutdown)?;
+    if let (Some(spec), Some(first)) = (args.drain, running.first()) {
+        let proxy = first.proxy.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(spec.at) => proxy.drain(spec.drain),
+                _ = shutdown.wait() => {}
+            }
+        });
+    }
     let width = running
         .iter()
         .map(|r| r.proxy.name.len())
@@ -232,6 +243,14 @@ pub async fn play(proxy: Arc<Proxy>, timeline: Vec<Change>, t0: Instant, shutdow
         let done = match change.action {
             Action::Add(fault) => proxy.add_fault(fault),
             Action::Remove(name) => proxy.remove_fault(&name).map(drop),
+            Action::Drain(drain) => {
+                proxy.drain(drain);
+                Ok(())
+            }
+            Action::Undrain => {
+                proxy.undrain();
+                Ok(())
+            }
         };
         if let Err(err) = done {
             tracing::warn!(proxy = %proxy.name, %err, "timeline change not applied");

@@ -1,6 +1,7 @@
 //! The interposer: one listener per upstream, an accept loop that applies the
 //! listener faults (`down`, `syn_drop`), and one relay task per connection.
 
+pub mod drain;
 pub mod relay;
 pub mod socket;
 
@@ -22,8 +23,12 @@ use tokio::{
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use self::relay::{Control, Ending, Faults, OnUpstreamError, Side};
+use self::{
+    drain::{Drain, DrainMode, NewConns},
+    relay::{Control, Ending, Faults, OnUpstreamError, Side},
+};
 use crate::{
+    events::Counters,
     fault::{ConnId, Fault, Kind},
     shutdown::Shutdown,
 };
@@ -45,6 +50,12 @@ pub struct Options {
     pub mode: Mode,
     /// Requests to these paths are health probes (HTTP mode).
     pub probe_paths: Vec<String>,
+    /// Request headers that carry a transaction id (HTTP mode); a value seen twice
+    /// is a duplicate transaction.
+    pub id_headers: Vec<String>,
+    /// The name the backend should give in `x-instance` (HTTP mode); `None`: the
+    /// proxy's name.
+    pub instance: Option<String>,
 }
 
 impl Default for Options {
@@ -54,6 +65,8 @@ impl Default for Options {
             connect_timeout: Duration::from_secs(5),
             mode: Mode::Tcp,
             probe_paths: PROBE_PATHS.iter().map(|p| p.to_string()).collect(),
+            id_headers: vec!["x-request-id".into(), "idempotency-key".into()],
+            instance: None,
         }
     }
 }
@@ -77,6 +90,9 @@ pub struct Proxy {
     conns: Mutex<HashMap<u64, Arc<Control>>>,
     /// Bytes of closed connections: received up, received down, sent up, sent down.
     traffic: [AtomicU64; 4],
+    counters: Counters,
+    /// The drain under way, and when it began.
+    drain: watch::Sender<Option<(Drain, tokio::time::Instant)>>,
 }
 
 /// Bytes relayed by a proxy's closed connections (open ones count once they close,
@@ -135,6 +151,8 @@ impl Proxy {
             next_request: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
             traffic: Default::default(),
+            counters: Counters::default(),
+            drain: watch::Sender::new(None),
         };
         for fault in faults {
             proxy.add_fault(fault)?;
@@ -145,6 +163,54 @@ impl Proxy {
     /// How it treats its upstream and its traffic.
     pub fn options(&self) -> &Options {
         &self.options
+    }
+
+    /// Its counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The drain under way, if any.
+    pub fn draining(&self) -> Option<Drain> {
+        self.drain.borrow().map(|(d, _)| d)
+    }
+
+    /// Starts draining: new connections are refused or ignored, open ones finish as
+    /// `drain.mode` says. A deadline resets what is still open after the timeout.
+    pub fn drain(self: &Arc<Self>, drain: Drain) {
+        info!(proxy = %self.name, mode = ?drain.mode, "drain started");
+        self.drain
+            .send_replace(Some((drain, tokio::time::Instant::now())));
+        if drain.mode == DrainMode::Abrupt {
+            self.reset_all();
+            return;
+        }
+        self.each_conn(|c| c.drain());
+        if let Some(grace) = drain.deadline() {
+            let proxy = self.clone();
+            let mut changed = self.drain.subscribe();
+            changed.mark_unchanged();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep(grace) => proxy.reset_all(),
+                    // Ended or replaced first: this deadline no longer holds.
+                    _ = changed.changed() => {}
+                }
+            });
+        }
+    }
+
+    /// Ends the drain: the listener accepts again.
+    pub fn undrain(&self) {
+        info!(proxy = %self.name, "drain ended");
+        self.drain.send_replace(None);
+    }
+
+    fn reset_all(&self) {
+        self.each_conn(|c| {
+            self.counters.drain_reset();
+            c.reset();
+        });
     }
 
     /// The seed of its random choices.
@@ -264,6 +330,7 @@ impl Proxy {
             .lock()
             .expect("no code panics while holding the conns lock");
         conns.insert(conn, control.clone());
+        self.counters.connection_opened();
         control
     }
 
@@ -272,7 +339,9 @@ impl Proxy {
             .conns
             .lock()
             .expect("no code panics while holding the conns lock");
-        conns.remove(&conn);
+        if conns.remove(&conn).is_some() {
+            self.counters.connection_closed();
+        }
     }
 
     fn listener_state(faults: &[Arc<Fault>]) -> Listening {
@@ -291,6 +360,8 @@ enum Listening {
     Accepting,
     Down,
     SynDrop,
+    /// Draining without refusing: the listener stays, nothing is accepted.
+    Paused,
 }
 
 /// Serves `proxy` on `listener` until `shutdown`, then waits for its connections to
@@ -303,19 +374,37 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let mut faults = proxy.faults.subscribe();
+    let mut drains = proxy.drain.subscribe();
     let mut listener = Some(listener);
     let mut plugs = Plugs::default();
     let tracker = TaskTracker::new();
     let http = (proxy.options.mode == Mode::Http).then(|| crate::http::upstream(&proxy));
     info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream, "listening");
     loop {
-        let state = Proxy::listener_state(&faults.borrow_and_update());
+        let fault_state = Proxy::listener_state(&faults.borrow_and_update());
+        let state = match *drains.borrow_and_update() {
+            Some((
+                Drain {
+                    new: NewConns::Refuse,
+                    ..
+                },
+                _,
+            )) => Listening::Down,
+            Some((
+                Drain {
+                    new: NewConns::Ignore,
+                    ..
+                },
+                _,
+            )) => Listening::Paused,
+            None => fault_state,
+        };
         match state {
             Listening::Down if listener.is_some() => {
                 listener = None;
                 info!(proxy = %proxy.name, %addr, "listener closed (down)");
             }
-            Listening::Accepting | Listening::SynDrop if listener.is_none() => {
+            Listening::Accepting | Listening::SynDrop | Listening::Paused if listener.is_none() => {
                 match socket::bind(addr) {
                     Ok(l) => {
                         info!(proxy = %proxy.name, %addr, "listening again");
@@ -335,11 +424,12 @@ pub async fn serve(
                 plugs.drain(l);
             }
         }
-        let accepting = state != Listening::SynDrop && listener.is_some();
+        let accepting = state == Listening::Accepting && listener.is_some();
         tokio::select! {
             biased;
             _ = shutdown.wait() => break,
             changed = faults.changed() => if changed.is_err() { break },
+            _ = drains.changed() => {}
             accepted = async { listener.as_ref().expect("branch runs only with a listener").accept().await }, if accepting => {
                 match accepted {
                     Ok((stream, peer)) if plugs.addrs.remove(&peer) => drop(stream),

@@ -482,3 +482,48 @@ async fn http_proxies_and_scoped_faults_come_through_the_api() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn drains_and_stats_come_through_the_api() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let proxy = create(api, "p", echo_server().await).await;
+        assert!(rtt(proxy).await < Duration::from_millis(100));
+        let bad = call(api, "POST", "/proxies/p/drain", r#"{"mode":"deadline"}"#).await;
+        assert_eq!(
+            (bad.status, json(&bad)["error"].clone()),
+            (400, "a deadline drain needs timeout > 0 (ms)".into())
+        );
+        let reply = call(
+            api,
+            "POST",
+            "/proxies/p/drain",
+            r#"{"mode":"graceful","new":"refuse"}"#,
+        )
+        .await;
+        assert_eq!(
+            reply.body,
+            r#"{"drain":{"mode":"graceful","timeout":0,"new":"refuse","rate":0}}"#
+        );
+        let refused = async {
+            loop {
+                match TcpStream::connect(proxy).await {
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => break,
+                    _ => tokio::task::yield_now().await,
+                }
+            }
+        };
+        within(2, refused).await;
+        assert_eq!(
+            call(api, "DELETE", "/proxies/p/drain", "").await.status,
+            204
+        );
+        let stats = json(&call(api, "GET", "/proxies/p/stats", "").await);
+        assert!(stats["connections"].as_u64().unwrap() >= 1, "{stats}");
+        assert_eq!(
+            call(api, "GET", "/proxies/nope/stats", "").await.status,
+            404
+        );
+    })
+    .await;
+}

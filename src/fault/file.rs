@@ -10,6 +10,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{Direction, Fault, Kind, Mode};
+use crate::proxy::drain::Drain;
 
 /// A fault file that could not be used: where, and why.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +81,10 @@ pub enum Action {
     Add(Fault),
     /// Remove the fault of this name.
     Remove(String),
+    /// Start draining.
+    Drain(Drain),
+    /// Stop draining: accept new connections again.
+    Undrain,
 }
 
 #[derive(Deserialize)]
@@ -123,6 +128,8 @@ struct ChangeDef {
     at: Spanned<String>,
     add: Option<Spanned<FaultDef>>,
     remove: Option<Spanned<String>>,
+    drain: Option<Spanned<Drain>>,
+    undrain: Option<bool>,
 }
 
 /// Reads and validates the fault file at `path`.
@@ -202,20 +209,29 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
                     ),
                 )
             })?;
-            let action = match (c.add, c.remove) {
-                (Some(add), None) => {
+            let action = match (c.add, c.remove, c.drain, c.undrain) {
+                (None, None, Some(drain), None) => {
+                    let s = drain.span();
+                    let drain = drain.into_inner();
+                    drain
+                        .validate()
+                        .map_err(|why| at(s, format!("proxy `{name}`: {why}")))?;
+                    Action::Drain(drain)
+                }
+                (None, None, None, Some(true)) => Action::Undrain,
+                (Some(add), None, None, None) => {
                     let s = add.span();
                     Action::Add(
                         fault(add.into_inner(), &name)
                             .map_err(|(inner, why)| at(inner.unwrap_or(s), why))?,
                     )
                 }
-                (None, Some(remove)) => Action::Remove(remove.into_inner()),
+                (None, Some(remove), None, None) => Action::Remove(remove.into_inner()),
                 _ => {
                     return Err(at(
                         span,
                         format!(
-                            "proxy `{name}`: a timeline entry needs exactly one of add or remove"
+                            "proxy `{name}`: a timeline entry needs exactly one of add, remove, drain or undrain = true"
                         ),
                     ));
                 }
@@ -251,6 +267,7 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
                     ));
                 }
                 Action::Remove(n) => live.retain(|l| l != n),
+                Action::Drain(_) | Action::Undrain => {}
             }
         }
         proxies.push(ProxySpec {

@@ -48,6 +48,8 @@ pub struct Control {
 
 const ABORTED: u8 = 1;
 const SHUTDOWN: u8 = 2;
+const DRAIN: u8 = 4;
+const RESET: u8 = 8;
 
 impl Control {
     /// Wakes the connection to look at the fault list again.
@@ -59,6 +61,28 @@ impl Control {
     pub fn shutdown(&self) {
         self.state.fetch_or(SHUTDOWN, Ordering::Release);
         self.notify.notify_waiters();
+    }
+
+    /// Asks the connection to finish gracefully (HTTP: `Connection: close`, GOAWAY).
+    pub fn drain(&self) {
+        self.state.fetch_or(DRAIN, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Ends the connection with an RST on both legs, now.
+    pub fn reset(&self) {
+        self.state.fetch_or(RESET, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether a drain asked this connection to finish.
+    pub fn is_draining(&self) -> bool {
+        self.state.load(Ordering::Acquire) & DRAIN != 0
+    }
+
+    /// Whether the connection is to be reset.
+    pub fn is_reset(&self) -> bool {
+        self.state.load(Ordering::Acquire) & RESET != 0
     }
 
     /// Whether the proxy shut this connection down.
@@ -79,7 +103,9 @@ impl Control {
     /// Why the connection must stop, if it must: a cheap atomic load.
     fn stopped(&self) -> Option<End> {
         let state = self.state.load(Ordering::Acquire);
-        if state & SHUTDOWN != 0 {
+        if state & RESET != 0 {
+            Some(End::Drained)
+        } else if state & SHUTDOWN != 0 {
             Some(End::Shutdown)
         } else if state & ABORTED != 0 {
             Some(End::Aborted)
@@ -172,6 +198,8 @@ enum End {
     Down(String),
     /// The other direction ended the connection.
     Aborted,
+    /// A drain reset it.
+    Drained,
     Shutdown,
 }
 
@@ -216,6 +244,13 @@ pub async fn run(
     };
     let names = || applied.join("+");
     let ending = match (&up.0, &down.0) {
+        (End::Drained, _) | (_, End::Drained) => {
+            reset_on_close(client);
+            reset_on_close(upstream);
+            Ending::Fault {
+                name: "drain".into(),
+            }
+        }
         (End::Reset, _) | (_, End::Reset) => {
             reset_on_close(client);
             reset_on_close(upstream);

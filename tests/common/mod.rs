@@ -190,12 +190,22 @@ pub async fn http_backend(body: &'static str) -> (SocketAddr, Arc<std::sync::Mut
                     } else {
                         body.as_bytes().to_vec()
                     };
+                    // /slow?ms=N answers N ms late (500 by default): a request in flight.
+                    let slow = path.strip_prefix("/slow").map(|q| {
+                        q.strip_prefix("?ms=")
+                            .and_then(|n| n.parse().ok())
+                            .unwrap_or(500)
+                    });
                     log.lock().unwrap().push(Seen {
                         method,
                         path,
                         headers,
                         body: got,
                     });
+                    if let Some(ms) = slow {
+                        // Slow on purpose: the behaviour under test is a request in flight.
+                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    }
                     let head = format!(
                         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nx-instance: backend-a\r\n\r\n",
                         answer.len()

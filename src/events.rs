@@ -1,0 +1,208 @@
+//! Counters kept per proxy: the only source of the figures snag reports about HTTP
+//! traffic, draining and transaction duplicates.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use serde::Serialize;
+
+use crate::fault::Scope;
+
+/// How many distinct transaction ids a proxy remembers; past that, new ids are not
+/// tracked (and `ids_untracked` counts them), so memory stays bounded on long runs.
+pub const ID_LIMIT: usize = 1_000_000;
+
+/// One proxy's counters. Cheap to bump from any task.
+#[derive(Debug, Default)]
+pub struct Counters {
+    connections: AtomicU64,
+    active: AtomicU64,
+    probe_requests: AtomicU64,
+    data_requests: AtomicU64,
+    /// Index 0 = 1xx … 4 = 5xx.
+    statuses: [AtomicU64; 5],
+    upstream_errors: AtomicU64,
+    after_drain: AtomicU64,
+    drain_resets: AtomicU64,
+    goaways: AtomicU64,
+    ids: Mutex<Ids>,
+}
+
+#[derive(Debug, Default)]
+struct Ids {
+    seen: HashMap<String, u64>,
+    untracked: u64,
+    instances: BTreeMap<String, u64>,
+    disagreements: u64,
+}
+
+/// A snapshot of a proxy's counters, as the API and `--stats` show it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Stats {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Connections open now.
+    pub active_connections: u64,
+    /// Requests by scope.
+    pub requests: BTreeMap<&'static str, u64>,
+    /// Responses sent to clients by status class ("2xx" …).
+    pub responses: BTreeMap<&'static str, u64>,
+    /// Requests answered 502 because the upstream failed.
+    pub upstream_errors: u64,
+    /// Requests that arrived on open connections after a drain began.
+    pub requests_after_drain: u64,
+    /// Connections reset by a drain's deadline or an abrupt drain.
+    pub drain_resets: u64,
+    /// HTTP/2 connections sent GOAWAY.
+    pub goaways: u64,
+    /// Transaction ids seen more than once, with how many times.
+    pub duplicates: BTreeMap<String, u64>,
+    /// Transaction ids not tracked because the table was full.
+    pub ids_untracked: u64,
+    /// Responses by the backend's own name (`x-instance`).
+    pub instances: BTreeMap<String, u64>,
+    /// Responses whose `x-instance` differs from the name snag knows the backend by.
+    pub instance_disagreements: u64,
+}
+
+impl Counters {
+    /// A connection was accepted.
+    pub fn connection_opened(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        self.active.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection ended.
+    pub fn connection_closed(&self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A request of class `scope` arrived; `draining` if a drain had begun.
+    pub fn request(&self, scope: Scope, draining: bool) {
+        let counter = if scope == Scope::Probe {
+            &self.probe_requests
+        } else {
+            &self.data_requests
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if draining {
+            self.after_drain.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A response of `status` went to the client.
+    pub fn response(&self, status: u16) {
+        if let Some(c) = self.statuses.get((status / 100).saturating_sub(1) as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The upstream could not answer.
+    pub fn upstream_error(&self) {
+        self.upstream_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A drain reset a connection.
+    pub fn drain_reset(&self) {
+        self.drain_resets.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A GOAWAY went out on an HTTP/2 connection.
+    pub fn goaway(&self) {
+        self.goaways.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request carried transaction id `id`.
+    pub fn transaction(&self, id: &str) {
+        let mut ids = self
+            .ids
+            .lock()
+            .expect("no code panics holding the ids lock");
+        let full = ids.seen.len() >= ID_LIMIT;
+        match ids.seen.get_mut(id) {
+            Some(n) => *n += 1,
+            None if full => ids.untracked += 1,
+            None => {
+                ids.seen.insert(id.to_string(), 1);
+            }
+        }
+    }
+
+    /// A response named its backend `instance`; snag knows that backend as `expected`.
+    pub fn instance(&self, instance: &str, expected: &str) {
+        let mut ids = self
+            .ids
+            .lock()
+            .expect("no code panics holding the ids lock");
+        *ids.instances.entry(instance.to_string()).or_default() += 1;
+        if instance != expected {
+            ids.disagreements += 1;
+        }
+    }
+
+    /// Everything, now.
+    pub fn snapshot(&self) -> Stats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let ids = self
+            .ids
+            .lock()
+            .expect("no code panics holding the ids lock");
+        Stats {
+            connections: get(&self.connections),
+            active_connections: get(&self.active),
+            requests: BTreeMap::from([
+                ("data", get(&self.data_requests)),
+                ("probe", get(&self.probe_requests)),
+            ]),
+            responses: ["1xx", "2xx", "3xx", "4xx", "5xx"]
+                .into_iter()
+                .zip(self.statuses.iter().map(get))
+                .collect(),
+            upstream_errors: get(&self.upstream_errors),
+            requests_after_drain: get(&self.after_drain),
+            drain_resets: get(&self.drain_resets),
+            goaways: get(&self.goaways),
+            duplicates: ids
+                .seen
+                .iter()
+                .filter(|(_, n)| **n > 1)
+                .map(|(id, n)| (id.clone(), *n))
+                .collect(),
+            ids_untracked: ids.untracked,
+            instances: ids.instances.clone(),
+            instance_disagreements: ids.disagreements,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_seen_twice_is_one_duplicate() {
+        let c = Counters::default();
+        for id in ["a", "b", "a", "c", "a"] {
+            c.transaction(id);
+        }
+        c.instance("backend-a", "backend-a");
+        c.instance("backend-b", "backend-a");
+        c.response(200);
+        c.response(503);
+        let s = c.snapshot();
+        assert_eq!(s.duplicates, BTreeMap::from([("a".to_string(), 3)]));
+        assert_eq!(
+            (
+                s.instance_disagreements,
+                s.responses["2xx"],
+                s.responses["5xx"]
+            ),
+            (1, 1, 1)
+        );
+    }
+}

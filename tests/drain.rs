@@ -1,0 +1,276 @@
+//! Draining, observed from outside: nghttp's frame log for GOAWAY, raw sockets for
+//! `Connection: close`, resets and refusals, the backend's own record of requests.
+
+mod common;
+
+use std::{
+    io,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use common::{Seen, echo_server, http_backend, within};
+use snag::{
+    proxy::{
+        self, Mode, Options, Proxy,
+        drain::{Drain, DrainMode, NewConns},
+    },
+    shutdown::Shutdown,
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    time::Instant,
+};
+
+async fn spawn(upstream: SocketAddr, mode: Mode, options: Options) -> (SocketAddr, Arc<Proxy>) {
+    let options = Options { mode, ..options };
+    let proxy = Proxy::new("h".into(), upstream.to_string(), 1, options, Vec::new()).unwrap();
+    let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(proxy::serve(listener, proxy.clone(), Shutdown::never()));
+    (addr, proxy)
+}
+
+fn drain(mode: DrainMode, timeout: u64) -> Drain {
+    Drain {
+        mode,
+        timeout,
+        new: NewConns::Refuse,
+        rate: 0,
+    }
+}
+
+/// Waits until the backend has received `n` requests: the request is in flight.
+async fn in_flight(seen: &Arc<Mutex<Vec<Seen>>>, n: usize) {
+    within(5, async {
+        while seen.lock().unwrap().len() < n {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+async fn refused(addr: SocketAddr) {
+    within(2, async {
+        loop {
+            match TcpStream::connect(addr).await {
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => break,
+                _ => tokio::task::yield_now().await,
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_h2_drain_sends_goaway_with_the_last_stream_and_lets_it_finish() {
+    within(20, async {
+        let (backend, seen) = http_backend("finished").await;
+        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let client = tokio::process::Command::new("nghttp")
+            .args(["-v", &format!("http://{addr}/slow?ms=800")])
+            .output();
+        let client = tokio::spawn(client);
+        in_flight(&seen, 1).await;
+        proxy.drain(drain(DrainMode::Graceful, 0));
+        let out = client
+            .await
+            .unwrap()
+            .expect("nghttp is installed (scripts/install-deps.sh)");
+        let log = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{log}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stream: u32 = log
+            .lines()
+            .find_map(|l| {
+                l.split("recv (stream_id=")
+                    .nth(1)
+                    .filter(|r| r.contains(":status: 200"))
+            })
+            .and_then(|r| r.split(')').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no 200 in {log}"));
+        let goaways: Vec<u32> = log
+            .lines()
+            .filter_map(|l| l.split("last_stream_id=").nth(1))
+            .filter_map(|r| r.split(',').next()?.parse().ok())
+            .collect();
+        // The two-step GOAWAY: first the largest id, then the last stream served; the
+        // client's own GOAWAY on exit is sent, not received, so it is not counted.
+        let received: Vec<u32> = log
+            .lines()
+            .zip(log.lines().skip(1))
+            .filter(|(frame, _)| frame.contains("recv GOAWAY"))
+            .filter_map(|(_, args)| {
+                args.split("last_stream_id=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert!(!goaways.is_empty(), "{log}");
+        assert_eq!(received.last(), Some(&stream), "{log}");
+        assert!(
+            log.contains("finished"),
+            "the in-flight stream did not complete: {log}"
+        );
+        refused(addr).await;
+        let stats = proxy.counters().snapshot();
+        assert_eq!(
+            (
+                stats.goaways,
+                stats.requests_after_drain,
+                stats.responses["2xx"]
+            ),
+            (1, 0, 1)
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_h1_response_in_flight_carries_connection_close_and_the_connection_ends() {
+    within(10, async {
+        let (backend, seen) = http_backend("finished").await;
+        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /slow?ms=400 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        in_flight(&seen, 1).await;
+        proxy.drain(drain(DrainMode::Graceful, 0));
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).await.unwrap(); // ends: the connection is closed
+        let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        assert!(answer.contains("connection: close"), "{answer}");
+        assert!(answer.ends_with("finished"), "{answer}");
+        refused(addr).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_deadline_drain_resets_what_is_still_open_and_counts_it() {
+    within(10, async {
+        let (backend, seen) = http_backend("too late").await;
+        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /slow?ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        in_flight(&seen, 1).await;
+        let t = Instant::now();
+        proxy.drain(drain(DrainMode::Deadline, 300));
+        let err = c.read(&mut [0; 64]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(proxy.counters().snapshot().drain_resets, 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tcp_drains_refuse_new_connections_and_finish_or_reset_open_ones() {
+    within(10, async {
+        let (addr, proxy) = spawn(echo_server().await, Mode::Tcp, Options::default()).await;
+        let mut open = TcpStream::connect(addr).await.unwrap();
+        open.write_all(b"ping").await.unwrap();
+        open.read_exact(&mut [0; 4]).await.unwrap();
+        proxy.drain(drain(DrainMode::Graceful, 0));
+        refused(addr).await;
+        // Graceful: the open connection still works.
+        open.write_all(b"more").await.unwrap();
+        open.read_exact(&mut [0; 4]).await.unwrap();
+        // Abrupt: it is reset at once.
+        proxy.drain(drain(DrainMode::Abrupt, 0));
+        let err = open.read(&mut [0; 4]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+        // Undrained: the listener is back.
+        proxy.undrain();
+        within(2, async {
+            loop {
+                if let Ok(mut c) = TcpStream::connect(addr).await {
+                    c.write_all(b"back").await.unwrap();
+                    if c.read_exact(&mut [0; 4]).await.is_ok() {
+                        break;
+                    }
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_slow_drain_paces_responses_in_flight() {
+    within(10, async {
+        static BIG: &str = include_str!("../README.md");
+        let (backend, seen) = http_backend(BIG).await;
+        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /slow?ms=200 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        in_flight(&seen, 1).await;
+        let t = Instant::now();
+        // 10 KB/s over a README of more than 10 KB: over a second.
+        proxy.drain(Drain {
+            mode: DrainMode::Slow,
+            timeout: 0,
+            new: NewConns::Refuse,
+            rate: 10,
+        });
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).await.unwrap();
+        assert!(BIG.len() > 10_000 && String::from_utf8_lossy(&answer).ends_with(BIG));
+        let want = Duration::from_millis(BIG.len() as u64 / 10);
+        assert!(
+            t.elapsed() >= want.mul_f64(0.8),
+            "{:?} for {} bytes",
+            t.elapsed(),
+            BIG.len()
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_same_transaction_id_twice_is_one_duplicate_and_instances_are_compared() {
+    within(10, async {
+        let (backend, _) = http_backend("ok").await;
+        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        for id in ["tx-1", "tx-2", "tx-1"] {
+            let reply = common::http(addr, "POST", "/orders", "{}", &[("x-request-id", id)]).await;
+            assert_eq!(reply.status, 200);
+        }
+        let stats = proxy.counters().snapshot();
+        assert_eq!(stats.duplicates, [("tx-1".to_string(), 2)].into());
+        assert_eq!(stats.requests["data"], 3);
+        // The backend calls itself backend-a; this proxy knows it as "h".
+        assert_eq!(
+            (stats.instances["backend-a"], stats.instance_disagreements),
+            (3, 3)
+        );
+        let named = Options {
+            instance: Some("backend-a".into()),
+            ..Options::default()
+        };
+        let (addr, proxy) = spawn(backend, Mode::Http, named).await;
+        common::http(addr, "GET", "/", "", &[]).await;
+        assert_eq!(proxy.counters().snapshot().instance_disagreements, 0);
+    })
+    .await;
+}
