@@ -163,7 +163,7 @@ impl Api {
                 upstream: Some(spec.upstream.clone()),
                 enabled: Some(true),
                 mode: Some(spec.mode),
-                probe_paths: spec.probe_paths.clone(),
+                probe: Some(spec.probe.clone()),
             };
             registry.create(input).await?;
             let proxy = registry.proxy(&spec.name)?;

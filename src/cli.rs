@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    fault::Fault,
+    fault::{Fault, ProbeRules},
     proxy::{Mode, drain::DrainAt, relay::OnUpstreamError},
 };
 
@@ -112,6 +112,10 @@ pub struct ServeArgs {
     /// Allow a non-loopback API address without --token.
     #[arg(long)]
     pub insecure_remote: bool,
+    /// Append events (faults changed, drains, GOAWAYs, resets, probes) here as JSON
+    /// lines with timestamps.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
     /// Serve bytes received and sent per proxy and direction on /metrics.
     #[arg(long)]
     pub proxy_metrics: bool,
@@ -217,6 +221,13 @@ pub struct ProxyArgs {
     /// default /health, /healthz, /ready, /api/v1/health.
     #[arg(long = "probe-path", value_name = "PATH", conflicts_with = "file")]
     pub probe_paths: Vec<String>,
+    /// In http mode, requests whose header NAME contains TEXT are probes, e.g.
+    /// user-agent=kube-probe (repeatable).
+    #[arg(long = "probe-header", value_name = "NAME=TEXT", conflicts_with = "file", value_parser = name_value)]
+    pub probe_headers: Vec<(String, String)>,
+    /// In http mode, requests with this method are probes, e.g. HEAD (repeatable).
+    #[arg(long = "probe-method", value_name = "METHOD", conflicts_with = "file")]
+    pub probe_methods: Vec<String>,
     /// Drain the proxy: MODE[:timeout=MS,new=refuse|ignore,rate=KBPS][@OFFSET], MODE
     /// one of graceful, slow, deadline, abrupt; e.g. deadline:timeout=2000@5s.
     #[arg(long, value_name = "SPEC", conflicts_with = "file")]
@@ -224,6 +235,13 @@ pub struct ProxyArgs {
     /// A fault file (faults/*.toml): several proxies, their faults and a timeline.
     #[arg(long, env = "SNAG_FILE")]
     pub file: Option<PathBuf>,
+    /// Write every proxy's counters here as JSON when snag exits.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
+    /// Append events (faults changed, drains, GOAWAYs, resets, probes) here as JSON
+    /// lines with timestamps.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
     /// Seed for every random choice (toxicity, jitter …); printed when not given.
     #[arg(long, env = "SNAG_SEED")]
     pub seed: Option<u64>,
@@ -233,6 +251,28 @@ pub struct ProxyArgs {
     /// Longest wait for the upstream to accept, e.g. 5s or 500ms.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub connect_timeout: Duration,
+}
+
+impl ProxyArgs {
+    /// The probe rules the flags give: the default paths unless --probe-path is given.
+    pub fn probe_rules(&self) -> ProbeRules {
+        let mut rules = ProbeRules::default();
+        if !self.probe_paths.is_empty() {
+            rules.paths = self.probe_paths.clone();
+        }
+        rules.headers = self.probe_headers.iter().cloned().collect();
+        rules.methods = self.probe_methods.clone();
+        rules
+    }
+}
+
+fn name_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => {
+            Ok((name.to_ascii_lowercase(), value.to_string()))
+        }
+        _ => Err(format!("`{s}` is not NAME=TEXT")),
+    }
 }
 
 /// `snag demo`.

@@ -35,14 +35,31 @@ pub struct Counters {
 
 #[derive(Debug, Default)]
 struct Ids {
+    probes: std::collections::VecDeque<Probe>,
     seen: HashMap<String, u64>,
     untracked: u64,
     instances: BTreeMap<String, u64>,
     disagreements: u64,
 }
 
+/// How many recent probes the stats keep; the event log has every one.
+pub const PROBES_KEPT: usize = 100;
+
+/// One health probe as it crossed snag.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Probe {
+    /// Milliseconds since the Unix epoch, when it arrived.
+    pub unix_ms: u64,
+    /// Its path.
+    pub path: String,
+    /// The status the prober got; 0 when it got none (dropped, reset).
+    pub status: u16,
+    /// From its arrival to the response head, ms.
+    pub latency_ms: f64,
+}
+
 /// A snapshot of a proxy's counters, as the API and `--stats` show it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Stats {
     /// Connections accepted.
     pub connections: u64,
@@ -68,6 +85,8 @@ pub struct Stats {
     pub instances: BTreeMap<String, u64>,
     /// Responses whose `x-instance` differs from the name snag knows the backend by.
     pub instance_disagreements: u64,
+    /// The last health probes, oldest first.
+    pub probes: Vec<Probe>,
 }
 
 impl Counters {
@@ -145,6 +164,18 @@ impl Counters {
         }
     }
 
+    /// A probe was answered (or not: status 0).
+    pub fn probe(&self, probe: Probe) {
+        let mut ids = self
+            .ids
+            .lock()
+            .expect("no code panics holding the ids lock");
+        if ids.probes.len() == PROBES_KEPT {
+            ids.probes.pop_front();
+        }
+        ids.probes.push_back(probe);
+    }
+
     /// Everything, now.
     pub fn snapshot(&self) -> Stats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -176,6 +207,106 @@ impl Counters {
             ids_untracked: ids.untracked,
             instances: ids.instances.clone(),
             instance_disagreements: ids.disagreements,
+            probes: ids.probes.iter().cloned().collect(),
+        }
+    }
+}
+
+/// An append-only log of what happened, one JSON object a line, written by its own
+/// thread behind a bounded queue so no task ever waits on the disk.
+pub struct EventLog {
+    tx: Mutex<Option<std::sync::mpsc::SyncSender<String>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<std::io::Result<()>>>>,
+    dropped: AtomicU64,
+    start: std::time::Instant,
+}
+
+impl std::fmt::Debug for EventLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventLog")
+            .field("dropped", &self.dropped)
+            .finish()
+    }
+}
+
+/// Events queued before the writer falls behind and new ones are counted as dropped.
+const EVENT_QUEUE: usize = 65_536;
+
+impl EventLog {
+    /// Creates (truncates) `path` and starts the writer.
+    pub fn create(path: &std::path::Path) -> std::io::Result<std::sync::Arc<EventLog>> {
+        use std::io::Write;
+        let file = std::fs::File::create(path)?;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<String>(EVENT_QUEUE);
+        let writer = std::thread::Builder::new()
+            .name("snag-events".into())
+            .spawn(move || {
+                let mut out = std::io::BufWriter::new(file);
+                for line in rx {
+                    out.write_all(line.as_bytes())?;
+                    out.write_all(b"\n")?;
+                }
+                out.flush()
+            })?;
+        Ok(std::sync::Arc::new(EventLog {
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+            dropped: AtomicU64::new(0),
+            start: std::time::Instant::now(),
+        }))
+    }
+
+    /// Records event `kind` of `proxy` with `fields` (a JSON object), stamped with
+    /// the wall clock and the seconds since the log was opened.
+    pub fn emit(&self, proxy: &str, kind: &str, fields: serde_json::Value) {
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut line = serde_json::json!({
+            "t": (self.start.elapsed().as_secs_f64() * 1e6).round() / 1e6,
+            "unix_ms": unix_ms,
+            "proxy": proxy,
+            "event": kind,
+        });
+        if let (Some(line), serde_json::Value::Object(extra)) = (line.as_object_mut(), fields) {
+            line.extend(extra);
+        }
+        let tx = self
+            .tx
+            .lock()
+            .expect("no code panics holding the event sender");
+        let sent = tx.as_ref().map(|tx| tx.try_send(line.to_string()));
+        if !matches!(sent, Some(Ok(()))) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes what is queued, notes any events dropped, and closes the file.
+    pub fn close(&self) -> std::io::Result<()> {
+        let dropped = self.dropped.load(Ordering::Relaxed);
+        if dropped > 0 {
+            self.emit(
+                "",
+                "events_dropped",
+                serde_json::json!({ "count": dropped }),
+            );
+        }
+        drop(
+            self.tx
+                .lock()
+                .expect("no code panics holding the event sender")
+                .take(),
+        );
+        match self
+            .writer
+            .lock()
+            .expect("no code panics holding the writer")
+            .take()
+        {
+            Some(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("event writer panicked"))),
+            None => Ok(()),
         }
     }
 }

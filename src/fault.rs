@@ -308,6 +308,57 @@ impl Mode {
     }
 }
 
+/// How HTTP mode tells a health probe from a data request: a request is a probe if
+/// its path is one of `paths`, or one of `headers` contains the given text
+/// (case-insensitive, e.g. `user-agent` containing `kube-probe`), or its method is one
+/// of `methods`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeRules {
+    /// Exact paths (no query).
+    pub paths: Vec<String>,
+    /// Header name → text its value contains.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Methods, e.g. `HEAD`.
+    pub methods: Vec<String>,
+}
+
+/// Paths whose requests count as health probes when no rule says otherwise.
+pub const PROBE_PATHS: [&str; 4] = ["/health", "/healthz", "/ready", "/api/v1/health"];
+
+impl Default for ProbeRules {
+    fn default() -> Self {
+        ProbeRules {
+            paths: PROBE_PATHS.iter().map(|p| p.to_string()).collect(),
+            headers: Default::default(),
+            methods: Vec::new(),
+        }
+    }
+}
+
+impl ProbeRules {
+    /// `Probe` or `Data` for a request.
+    pub fn classify<'a>(
+        &self,
+        method: &str,
+        path: &str,
+        header: impl Fn(&str) -> Option<&'a str>,
+    ) -> Scope {
+        let by_header = self.headers.iter().any(|(name, text)| {
+            header(name)
+                .is_some_and(|v| v.to_ascii_lowercase().contains(&text.to_ascii_lowercase()))
+        });
+        if self.paths.iter().any(|p| p == path)
+            || by_header
+            || self.methods.iter().any(|m| m.eq_ignore_ascii_case(method))
+        {
+            Scope::Probe
+        } else {
+            Scope::Data
+        }
+    }
+}
+
 /// Which requests (HTTP mode) a fault may touch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -655,6 +706,22 @@ pub(crate) mod tests {
         assert!(err("latency:latency").contains("not key=value"));
         assert!(err("latency:latency=5,jitter=9").contains("jitter 9 ms exceeds latency 5 ms"));
         assert!(err("down:toxicity=0.5").contains("toxicity must be 1"));
+    }
+
+    #[test]
+    fn probe_rules_match_paths_headers_or_methods() {
+        let mut rules = ProbeRules::default();
+        let none = |_: &str| None;
+        assert_eq!(rules.classify("GET", "/healthz", none), Scope::Probe);
+        assert_eq!(rules.classify("GET", "/healthz/deep", none), Scope::Data);
+        rules
+            .headers
+            .insert("user-agent".into(), "kube-probe".into());
+        rules.methods.push("HEAD".into());
+        let kube = |name: &str| (name == "user-agent").then_some("Kube-Probe/1.29");
+        assert_eq!(rules.classify("GET", "/", kube), Scope::Probe);
+        assert_eq!(rules.classify("head", "/", none), Scope::Probe);
+        assert_eq!(rules.classify("GET", "/", |_| Some("curl/8")), Scope::Data);
     }
 
     #[test]

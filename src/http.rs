@@ -144,6 +144,7 @@ pub async fn handle(
                     drained = true;
                     if h2.load(std::sync::atomic::Ordering::Relaxed) {
                         watched_proxy.counters().goaway();
+                        watched_proxy.event("goaway", serde_json::json!({}));
                     }
                     serving.as_mut().graceful_shutdown();
                 }
@@ -189,19 +190,16 @@ async fn ended(control: &Control, faults: &Faults, drained: bool) -> Stop {
     }
 }
 
-/// Whether a request is a probe: its path is one of the proxy's probe paths.
-fn classify(req: &Request<Incoming>, probe_paths: &[String]) -> Scope {
-    if probe_paths.iter().any(|p| p == req.uri().path()) {
-        Scope::Probe
-    } else {
-        Scope::Data
-    }
-}
-
 async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyBody>, Failure> {
     let proxy = &conn.proxy;
     let number = proxy.next_request();
-    let class = classify(&req, &proxy.options().probe_paths);
+    let headers = req.headers();
+    let class = proxy
+        .options()
+        .probe
+        .classify(req.method().as_str(), req.uri().path(), |name| {
+            headers.get(name).and_then(|v| v.to_str().ok())
+        });
     let requests = format!("{}/requests", proxy.name);
     let faults: Vec<Arc<Fault>> = conn
         .faults
@@ -227,9 +225,28 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
     if req.version() == Version::HTTP_2 {
         conn.h2.store(true, std::sync::atomic::Ordering::Relaxed);
     }
+    let path = (class == Scope::Probe).then(|| req.uri().path().to_string());
+    let arrived = tokio::time::Instant::now();
     let reply = respond(req, conn, number, &faults).await;
-    if let Ok(r) = &reply {
-        counters.response(r.status().as_u16());
+    let status = reply.as_ref().map_or(0, |r| r.status().as_u16());
+    if status > 0 {
+        counters.response(status);
+    }
+    if let Some(path) = path {
+        let latency_ms = (arrived.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+        proxy.event(
+            "probe",
+            serde_json::json!({ "path": path, "status": status, "latency_ms": latency_ms }),
+        );
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        counters.probe(crate::events::Probe {
+            unix_ms,
+            path,
+            status,
+            latency_ms,
+        });
     }
     reply
 }

@@ -88,9 +88,17 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         println!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
         seed
     });
+    let events = match &args.events {
+        Some(path) => Some(
+            events::EventLog::create(path)
+                .with_context(|| format!("could not create {}", path.display()))?,
+        ),
+        None => None,
+    };
     let options = Options {
         on_upstream_error: args.on_upstream_error,
         connect_timeout: args.connect_timeout,
+        events: events.clone(),
         ..Options::default()
     };
     let listener = proxy::socket::bind(args.listen)
@@ -110,7 +118,11 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         listener.local_addr()?,
         api::VERSION
     );
-    api::serve(listener, api, shutdown).await
+    api::serve(listener, api, shutdown).await?;
+    if let Some(log) = events {
+        log.close().context("could not write the event log")?;
+    }
+    Ok(())
 }
 
 /// Whether `err` is the user's input being wrong (exit code 2) rather than a failure.
@@ -134,7 +146,7 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
                 faults: args.faults.clone(),
                 timeline: Vec::new(),
                 mode: args.mode,
-                probe_paths: (!args.probe_paths.is_empty()).then(|| args.probe_paths.clone()),
+                probe: args.probe_rules(),
             }],
         },
     };
@@ -143,9 +155,17 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         println!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
         seed
     });
+    let events = match &args.events {
+        Some(path) => Some(
+            events::EventLog::create(path)
+                .with_context(|| format!("could not create {}", path.display()))?,
+        ),
+        None => None,
+    };
     let options = Options {
         on_upstream_error: args.on_upstream_error,
         connect_timeout: args.connect_timeout,
+        events: events.clone(),
         ..Options::default()
     };
     let running = start(&scenario, seed, &options, &shutdown)?;
@@ -179,8 +199,19 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
             faults.join(", ")
         );
     }
+    let mut stats = std::collections::BTreeMap::new();
     for r in running {
         r.task.await.context("proxy task failed")??;
+        stats.insert(r.proxy.name.clone(), r.proxy.counters().snapshot());
+    }
+    if let Some(path) = &args.stats {
+        let text = serde_json::to_string_pretty(&stats).expect("stats serialise");
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("could not write {}", path.display()))?;
+    }
+    if let (Some(log), Some(path)) = (events, &args.events) {
+        log.close()
+            .with_context(|| format!("could not write {}", path.display()))?;
     }
     Ok(())
 }
@@ -210,9 +241,7 @@ pub fn start(
         let addr = listener.local_addr()?;
         let mut options = options.clone();
         options.mode = spec.mode;
-        if let Some(paths) = &spec.probe_paths {
-            options.probe_paths = paths.clone();
-        }
+        options.probe = spec.probe.clone();
         let proxy = Proxy::new(
             spec.name.clone(),
             spec.upstream.clone(),

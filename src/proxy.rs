@@ -28,15 +28,12 @@ use self::{
     relay::{Control, Ending, Faults, OnUpstreamError, Side},
 };
 use crate::{
-    events::Counters,
-    fault::{ConnId, Fault, Kind},
+    events::{Counters, EventLog},
+    fault::{ConnId, Fault, Kind, ProbeRules},
     shutdown::Shutdown,
 };
 
 pub use crate::fault::Mode;
-
-/// Paths whose requests count as health probes when no rule is given.
-pub const PROBE_PATHS: [&str; 4] = ["/health", "/healthz", "/ready", "/api/v1/health"];
 
 /// How a proxy treats its upstream and its traffic.
 #[derive(Debug, Clone)]
@@ -48,14 +45,16 @@ pub struct Options {
     pub connect_timeout: Duration,
     /// Bytes or HTTP.
     pub mode: Mode,
-    /// Requests to these paths are health probes (HTTP mode).
-    pub probe_paths: Vec<String>,
+    /// Which requests are health probes (HTTP mode).
+    pub probe: ProbeRules,
     /// Request headers that carry a transaction id (HTTP mode); a value seen twice
     /// is a duplicate transaction.
     pub id_headers: Vec<String>,
     /// The name the backend should give in `x-instance` (HTTP mode); `None`: the
     /// proxy's name.
     pub instance: Option<String>,
+    /// Where events go (faults changed, drains, GOAWAYs, resets, probes), if anywhere.
+    pub events: Option<Arc<EventLog>>,
 }
 
 impl Default for Options {
@@ -64,9 +63,10 @@ impl Default for Options {
             on_upstream_error: OnUpstreamError::Reset,
             connect_timeout: Duration::from_secs(5),
             mode: Mode::Tcp,
-            probe_paths: PROBE_PATHS.iter().map(|p| p.to_string()).collect(),
+            probe: ProbeRules::default(),
             id_headers: vec!["x-request-id".into(), "idempotency-key".into()],
             instance: None,
+            events: None,
         }
     }
 }
@@ -170,6 +170,13 @@ impl Proxy {
         &self.counters
     }
 
+    /// Records an event, if the proxy has an event log.
+    pub fn event(&self, kind: &str, fields: serde_json::Value) {
+        if let Some(log) = &self.options.events {
+            log.emit(&self.name, kind, fields);
+        }
+    }
+
     /// The drain under way, if any.
     pub fn draining(&self) -> Option<Drain> {
         self.drain.borrow().map(|(d, _)| d)
@@ -179,6 +186,7 @@ impl Proxy {
     /// `drain.mode` says. A deadline resets what is still open after the timeout.
     pub fn drain(self: &Arc<Self>, drain: Drain) {
         info!(proxy = %self.name, mode = ?drain.mode, "drain started");
+        self.event("drain_started", serde_json::json!({ "drain": drain }));
         self.drain
             .send_replace(Some((drain, tokio::time::Instant::now())));
         if drain.mode == DrainMode::Abrupt {
@@ -203,14 +211,18 @@ impl Proxy {
     /// Ends the drain: the listener accepts again.
     pub fn undrain(&self) {
         info!(proxy = %self.name, "drain ended");
+        self.event("drain_ended", serde_json::json!({}));
         self.drain.send_replace(None);
     }
 
     fn reset_all(&self) {
+        let mut n = 0;
         self.each_conn(|c| {
             self.counters.drain_reset();
             c.reset();
+            n += 1;
         });
+        self.event("drain_reset", serde_json::json!({ "connections": n }));
     }
 
     /// The seed of its random choices.
@@ -248,6 +260,7 @@ impl Proxy {
             });
         }
         info!(proxy = %self.name, fault = %fault.name, kind = fault.kind.type_name(), stream = %fault.stream, "fault added");
+        self.event("fault_added", fault_json(&fault));
         let mut next = (*current).clone();
         next.push(Arc::new(fault));
         self.faults.send_replace(Arc::new(next));
@@ -269,6 +282,7 @@ impl Proxy {
         let mut next = (*current).clone();
         let removed = next.remove(index);
         info!(proxy = %self.name, fault = %name, "fault removed");
+        self.event("fault_removed", serde_json::json!({ "name": name }));
         self.faults.send_replace(Arc::new(next));
         self.each_conn(|c| c.poke());
         Ok((*removed).clone())
@@ -298,6 +312,7 @@ impl Proxy {
             .position(|f| f.name == fault.name)
             .ok_or_else(|| FaultError::NotFound(fault.name.clone()))?;
         info!(proxy = %self.name, fault = %fault.name, "fault changed");
+        self.event("fault_changed", fault_json(&fault));
         let mut next = (*current).clone();
         next[index] = Arc::new(fault);
         self.faults.send_replace(Arc::new(next));
@@ -315,7 +330,7 @@ impl Proxy {
         self.each_conn(|c| c.poke());
     }
 
-    fn each_conn(&self, f: impl Fn(&Control)) {
+    fn each_conn(&self, mut f: impl FnMut(&Control)) {
         let conns = self
             .conns
             .lock()
@@ -353,6 +368,17 @@ impl Proxy {
             Listening::Accepting
         }
     }
+}
+
+fn fault_json(fault: &Fault) -> serde_json::Value {
+    serde_json::json!({
+        "name": fault.name,
+        "type": fault.kind.type_name(),
+        "stream": fault.stream.as_str(),
+        "toxicity": fault.toxicity,
+        "scope": fault.scope.as_str(),
+        "attributes": fault.kind.attributes_json(),
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -284,3 +284,135 @@ fn tcp_faults_on_an_http_proxy_are_refused_with_the_reason() {
     let bad: Result<Fault, _> = "latency:latency=5,scope=probe".parse();
     assert!(bad.unwrap_err().contains("scope probe needs an HTTP fault"));
 }
+
+#[tokio::test]
+async fn stats_and_events_files_record_probes_faults_and_requests() {
+    within(20, async {
+        let (backend, _) = http_backend("ok").await;
+        let dir = std::env::temp_dir().join(format!("snag-test-{}-files", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (stats, events) = (dir.join("stats.json"), dir.join("events.jsonl"));
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_snag"))
+            .args([
+                "proxy",
+                "--mode",
+                "http",
+                "--name",
+                "web",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                &backend.to_string(),
+            ])
+            .args([
+                "--seed",
+                "1",
+                "--fault",
+                "http_status:status=503,scope=probe",
+            ])
+            .args([
+                "--stats",
+                stats.to_str().unwrap(),
+                "--events",
+                events.to_str().unwrap(),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let addr: SocketAddr = tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            let mut lines = std::io::BufReader::new(stdout).lines();
+            lines.next();
+            lines
+                .next()
+                .unwrap()
+                .unwrap()
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(http(addr, "GET", "/healthz", "", &[]).await.status, 503);
+        assert_eq!(
+            http(addr, "GET", "/orders", "", &[("x-request-id", "a")])
+                .await
+                .status,
+            200
+        );
+        assert_eq!(
+            http(addr, "GET", "/orders", "", &[("x-request-id", "a")])
+                .await
+                .status,
+            200
+        );
+        let killed = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
+        assert!(status.success(), "{status:?}");
+
+        let stats: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let web = &stats["web"];
+        assert_eq!(
+            (
+                web["requests"]["probe"].clone(),
+                web["requests"]["data"].clone()
+            ),
+            (1.into(), 2.into())
+        );
+        assert_eq!(web["responses"]["5xx"], 1);
+        assert_eq!(web["duplicates"]["a"], 2);
+        assert_eq!(web["probes"][0]["status"], 503);
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let kinds: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["fault_added", "probe"], "{lines:?}");
+        assert_eq!(
+            (lines[1]["path"].clone(), lines[1]["status"].clone()),
+            ("/healthz".into(), 503.into())
+        );
+        assert!(lines[1]["unix_ms"].as_u64().unwrap() > 1_700_000_000_000);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_user_agent_rule_makes_a_probe_of_any_path() {
+    within(10, async {
+        let (backend, _) = http_backend("ok").await;
+        let mut options = Options {
+            mode: Mode::Http,
+            ..Options::default()
+        };
+        options
+            .probe
+            .headers
+            .insert("user-agent".into(), "kube-probe".into());
+        let faults = vec!["http_status:status=503,scope=probe".parse().unwrap()];
+        let proxy = Proxy::new("h".into(), backend.to_string(), 1, options, faults).unwrap();
+        let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(proxy::serve(listener, proxy, Shutdown::never()));
+        assert_eq!(
+            curl(&format!("http://{addr}/"), &["-A", "kube-probe/1.29"])
+                .await
+                .status,
+            503
+        );
+        assert_eq!(curl(&format!("http://{addr}/"), &[]).await.status, 200);
+    })
+    .await;
+}

@@ -48,8 +48,8 @@ pub struct ProxyInput {
     pub enabled: Option<bool>,
     /// snag's own: `tcp` (default) or `http`.
     pub mode: Option<crate::fault::Mode>,
-    /// snag's own: HTTP mode's probe paths.
-    pub probe_paths: Option<Vec<String>>,
+    /// snag's own: HTTP mode's probe rules (`paths`, `headers`, `methods`).
+    pub probe: Option<crate::fault::ProbeRules>,
 }
 
 /// A proxy as Toxiproxy renders it, field order included.
@@ -151,8 +151,8 @@ impl Registry {
         if let Some(mode) = input.mode {
             options.mode = mode;
         }
-        if let Some(paths) = input.probe_paths {
-            options.probe_paths = paths;
+        if let Some(probe) = input.probe {
+            options.probe = probe;
         }
         let proxy = self.new_proxy(&name, &upstream, &options, Vec::new())?;
         let mut entry = Entry {

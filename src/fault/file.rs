@@ -9,7 +9,7 @@ use std::{collections::HashSet, net::SocketAddr, path::Path, time::Duration};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Direction, Fault, Kind, Mode};
+use super::{Direction, Fault, Kind, Mode, ProbeRules};
 use crate::proxy::drain::Drain;
 
 /// A fault file that could not be used: where, and why.
@@ -61,8 +61,8 @@ pub struct ProxySpec {
     pub timeline: Vec<Change>,
     /// Bytes or HTTP.
     pub mode: Mode,
-    /// HTTP mode: paths whose requests are probes; `None` keeps the defaults.
-    pub probe_paths: Option<Vec<String>>,
+    /// HTTP mode: which requests are probes.
+    pub probe: ProbeRules,
 }
 
 /// One timeline entry.
@@ -103,7 +103,8 @@ struct ProxyDef {
     upstream: Spanned<String>,
     #[serde(default)]
     mode: Mode,
-    probe_paths: Option<Vec<String>>,
+    #[serde(default)]
+    probe: ProbeRules,
     #[serde(default)]
     fault: Vec<Spanned<FaultDef>>,
     #[serde(default)]
@@ -277,7 +278,7 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
             faults,
             timeline: timeline.into_iter().map(|(_, c)| c).collect(),
             mode: proxy.mode,
-            probe_paths: proxy.probe_paths,
+            probe: proxy.probe,
         });
     }
     Ok(Scenario {
