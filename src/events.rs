@@ -17,9 +17,13 @@ use crate::fault::Scope;
 /// tracked (and `ids_untracked` counts them), so memory stays bounded on long runs.
 pub const ID_LIMIT: usize = 1_000_000;
 
+/// How many seconds of new-connection rate the stats keep (an hour).
+pub const SECONDS_KEPT: usize = 3600;
+
 /// One proxy's counters. Cheap to bump from any task.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counters {
+    born: tokio::time::Instant,
     connections: AtomicU64,
     active: AtomicU64,
     probe_requests: AtomicU64,
@@ -27,6 +31,8 @@ pub struct Counters {
     /// Index 0 = 1xx … 4 = 5xx.
     statuses: [AtomicU64; 5],
     upstream_errors: AtomicU64,
+    bad_requests: AtomicU64,
+    empty_connections: AtomicU64,
     after_drain: AtomicU64,
     drain_resets: AtomicU64,
     goaways: AtomicU64,
@@ -35,6 +41,8 @@ pub struct Counters {
 
 #[derive(Debug, Default)]
 struct Ids {
+    /// New connections in each second since the counters were made.
+    per_second: Vec<u64>,
     probes: std::collections::VecDeque<Probe>,
     seen: HashMap<String, u64>,
     untracked: u64,
@@ -69,8 +77,14 @@ pub struct Stats {
     pub requests: BTreeMap<&'static str, u64>,
     /// Responses sent to clients by status class ("2xx" …).
     pub responses: BTreeMap<&'static str, u64>,
+    /// New connections in each second of the run, from the first (at most an hour).
+    pub new_connections_per_second: Vec<u64>,
     /// Requests answered 502 because the upstream failed.
     pub upstream_errors: u64,
+    /// Malformed requests (hyper answered 400 and closed).
+    pub bad_requests: u64,
+    /// TCP connections that closed without a byte either way: layer-4 health checks.
+    pub empty_connections: u64,
     /// Requests that arrived on open connections after a drain began.
     pub requests_after_drain: u64,
     /// Connections reset by a drain's deadline or an abrupt drain.
@@ -89,11 +103,52 @@ pub struct Stats {
     pub probes: Vec<Probe>,
 }
 
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            born: tokio::time::Instant::now(),
+            connections: AtomicU64::default(),
+            active: AtomicU64::default(),
+            probe_requests: AtomicU64::default(),
+            data_requests: AtomicU64::default(),
+            statuses: Default::default(),
+            upstream_errors: AtomicU64::default(),
+            bad_requests: AtomicU64::default(),
+            empty_connections: AtomicU64::default(),
+            after_drain: AtomicU64::default(),
+            drain_resets: AtomicU64::default(),
+            goaways: AtomicU64::default(),
+            ids: Mutex::default(),
+        }
+    }
+}
+
 impl Counters {
     /// A connection was accepted.
     pub fn connection_opened(&self) {
         self.connections.fetch_add(1, Ordering::Relaxed);
         self.active.fetch_add(1, Ordering::Relaxed);
+        let second = self.born.elapsed().as_secs() as usize;
+        if second < SECONDS_KEPT {
+            let mut ids = self
+                .ids
+                .lock()
+                .expect("no code panics holding the ids lock");
+            if ids.per_second.len() <= second {
+                ids.per_second.resize(second + 1, 0);
+            }
+            ids.per_second[second] += 1;
+        }
+    }
+
+    /// A malformed request was refused.
+    pub fn bad_request(&self) {
+        self.bad_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A TCP connection closed having carried nothing.
+    pub fn empty_connection(&self) {
+        self.empty_connections.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A connection ended.
@@ -194,7 +249,10 @@ impl Counters {
                 .into_iter()
                 .zip(self.statuses.iter().map(get))
                 .collect(),
+            new_connections_per_second: ids.per_second.clone(),
             upstream_errors: get(&self.upstream_errors),
+            bad_requests: get(&self.bad_requests),
+            empty_connections: get(&self.empty_connections),
             requests_after_drain: get(&self.after_drain),
             drain_resets: get(&self.drain_resets),
             goaways: get(&self.goaways),

@@ -131,6 +131,9 @@ pub async fn handle(
         tokio::select! {
             done = serving.as_mut() => {
                 if let Err(err) = done {
+                    if err.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse) {
+                        watched_proxy.counters().bad_request();
+                    }
                     debug!(%err, "http connection ended");
                 }
                 return;

@@ -594,6 +594,9 @@ async fn handle(
         outcome.sent_up,
         outcome.sent_down,
     ];
+    if counts == [0; 4] && outcome.ending == Ending::Eof {
+        proxy.counters.empty_connection();
+    }
     for (counter, n) in proxy.traffic.iter().zip(counts) {
         counter.fetch_add(n, Ordering::Relaxed);
     }

@@ -274,3 +274,38 @@ async fn the_same_transaction_id_twice_is_one_duplicate_and_instances_are_compar
     })
     .await;
 }
+
+#[tokio::test]
+async fn empty_tcp_connections_malformed_requests_and_the_connection_rate_are_counted() {
+    within(10, async {
+        let (addr, proxy) = spawn(echo_server().await, Mode::Tcp, Options::default()).await;
+        drop(TcpStream::connect(addr).await.unwrap()); // an L4 health check
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"data").await.unwrap();
+        c.read_exact(&mut [0; 4]).await.unwrap();
+        drop(c);
+        within(3, async {
+            while proxy.counters().snapshot().active_connections > 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        let stats = proxy.counters().snapshot();
+        assert_eq!((stats.empty_connections, stats.connections), (1, 2));
+        assert_eq!(stats.new_connections_per_second.iter().sum::<u64>(), 2);
+
+        let (backend, _) = http_backend("ok").await;
+        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"NOT HTTP AT ALL\r\n\r\n").await.unwrap();
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).await.unwrap();
+        within(3, async {
+            while proxy.counters().snapshot().bad_requests == 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+    })
+    .await;
+}
