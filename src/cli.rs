@@ -217,6 +217,10 @@ pub struct ProxyArgs {
     /// and applies the HTTP faults per request.
     #[arg(long, value_enum, default_value_t = Mode::Tcp, conflicts_with = "file")]
     pub mode: Mode,
+    /// A second listener for the balancer's health checks: everything on it is a
+    /// probe, so TCP and listener faults scoped probe or data can tell them apart.
+    #[arg(long, value_name = "ADDR", conflicts_with = "file")]
+    pub probe_listen: Option<std::net::SocketAddr>,
     /// In http mode, requests to this path are health probes (repeat for several);
     /// default /health, /healthz, /ready, /api/v1/health.
     #[arg(long = "probe-path", value_name = "PATH", conflicts_with = "file")]

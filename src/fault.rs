@@ -452,18 +452,18 @@ impl Fault {
         })
     }
 
-    /// Sets the scope. Only HTTP faults can tell probes from data; a TCP fault takes
-    /// `any` alone.
+    /// Sets the scope: which requests (HTTP faults), connections (TCP stages) or
+    /// listeners (`down`, `syn_drop`) it may touch. Probes and data are told apart by
+    /// HTTP mode's probe rules, or by a separate probe listener.
     pub fn with_scope(mut self, scope: Scope) -> Result<Fault, String> {
-        if scope != Scope::Any && !self.kind.is_http() {
-            return Err(format!(
-                "scope {} needs an HTTP fault; {} acts on every connection",
-                scope.as_str(),
-                self.kind.type_name()
-            ));
-        }
         self.scope = scope;
         Ok(self)
+    }
+
+    /// Whether a listener fault acts on a listener of class `listener` (`Any` for a
+    /// proxy's single listener, which carries both).
+    pub fn acts_on_listener(&self, listener: Scope) -> bool {
+        self.kind.is_listener() && (listener == Scope::Any || self.scope.covers(listener))
     }
 
     /// Whether this fault applies to connection `conn` of proxy `proxy` in a run
@@ -546,6 +546,9 @@ pub struct ConnId<'a> {
     pub proxy: &'a str,
     /// The connection's number within its proxy, from 0.
     pub conn: u64,
+    /// What the listener it came through carries: `Probe` on a probe listener,
+    /// `Data` beside one, `Any` when the proxy has a single listener.
+    pub class: Scope,
 }
 
 /// The stages of one direction of one connection, in the order the faults were added.
@@ -582,9 +585,16 @@ impl Chain {
         out: &mut Vec<Step>,
     ) {
         let mut old = std::mem::take(&mut self.slots);
+        // A single listener carries probes too, but a layer-4 probe sends no bytes for
+        // a stage to act on: stages there act as on data.
+        let class = if id.class == Scope::Any {
+            Scope::Data
+        } else {
+            id.class
+        };
         for fault in faults
             .iter()
-            .filter(|f| f.stream == dir && !f.kind.is_listener())
+            .filter(|f| f.stream == dir && !f.kind.is_listener() && f.scope.covers(class))
         {
             if let Some(i) = old.iter().position(|s| Arc::ptr_eq(&s.fault, fault)) {
                 self.slots.push(old.swap_remove(i));
@@ -744,6 +754,7 @@ pub(crate) mod tests {
             seed: 1,
             proxy: "p",
             conn: 0,
+            class: Scope::Any,
         };
         let lat: Arc<Fault> = Arc::new("latency:latency=10".parse().unwrap());
         let limit: Arc<Fault> = Arc::new("limit_data:bytes=3".parse().unwrap());

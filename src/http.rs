@@ -83,6 +83,8 @@ struct Conn {
     socket: OwnedFd,
     /// Whether it carried an HTTP/2 request (a drain's GOAWAY is counted then).
     h2: Arc<std::sync::atomic::AtomicBool>,
+    /// `Probe` when it came through the probe listener: every request is a probe.
+    class: Scope,
 }
 
 /// Serves one client connection in HTTP mode until it closes, the proxy goes down
@@ -93,6 +95,7 @@ pub async fn handle(
     faults: Faults,
     control: Arc<Control>,
     upstream: Upstream,
+    class: Scope,
 ) {
     let _ = stream.set_nodelay(true);
     let socket = match stream.as_fd().try_clone_to_owned() {
@@ -118,6 +121,7 @@ pub async fn handle(
         upstream,
         socket,
         h2: h2.clone(),
+        class,
     });
     let service = service_fn(move |req| {
         let conn = conn.clone();
@@ -138,7 +142,7 @@ pub async fn handle(
                 }
                 return;
             }
-            why = ended(&control, &watched, drained) => match why {
+            why = ended(&control, &watched, drained, class) => match why {
                 Stop::Drain => {
                     // hyper closes idle HTTP/1.1 connections, marks responses in flight
                     // `Connection: close`, and sends HTTP/2 connections a GOAWAY (the
@@ -176,14 +180,19 @@ enum Stop {
 }
 
 /// Resolves when snag must act on the connection; `drained`: the drain was seen.
-async fn ended(control: &Control, faults: &Faults, drained: bool) -> Stop {
+async fn ended(control: &Control, faults: &Faults, drained: bool, class: Scope) -> Stop {
     loop {
         let mut woken = std::pin::pin!(control.notified());
         woken.as_mut().enable();
         if control.is_reset() {
             return Stop::Reset;
         }
-        if control.is_shut_down() || faults.borrow().iter().any(|f| f.kind == Kind::Down) {
+        if control.is_shut_down()
+            || faults
+                .borrow()
+                .iter()
+                .any(|f| f.kind == Kind::Down && f.acts_on_listener(class))
+        {
             return Stop::Close;
         }
         if control.is_draining() && !drained {
@@ -197,12 +206,16 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
     let proxy = &conn.proxy;
     let number = proxy.next_request();
     let headers = req.headers();
-    let class = proxy
-        .options()
-        .probe
-        .classify(req.method().as_str(), req.uri().path(), |name| {
-            headers.get(name).and_then(|v| v.to_str().ok())
-        });
+    let class = if conn.class == Scope::Probe {
+        Scope::Probe
+    } else {
+        proxy
+            .options()
+            .probe
+            .classify(req.method().as_str(), req.uri().path(), |name| {
+                headers.get(name).and_then(|v| v.to_str().ok())
+            })
+    };
     let requests = format!("{}/requests", proxy.name);
     let faults: Vec<Arc<Fault>> = conn
         .faults

@@ -147,6 +147,7 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
                 timeline: Vec::new(),
                 mode: args.mode,
                 probe: args.probe_rules(),
+                probe_listen: args.probe_listen,
             }],
         },
     };
@@ -199,6 +200,10 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
             faults.join(", ")
         );
     }
+    for r in running.iter().filter(|r| r.probe_addr.is_some()) {
+        let at = r.probe_addr.map(|a| a.to_string()).unwrap_or_default();
+        println!("{}: health probes on {at}", r.proxy.name);
+    }
     let mut stats = std::collections::BTreeMap::new();
     for r in running {
         r.task.await.context("proxy task failed")??;
@@ -222,6 +227,8 @@ pub struct Running {
     pub proxy: Arc<Proxy>,
     /// The address it actually listens on.
     pub addr: std::net::SocketAddr,
+    /// The address of its probe listener, if it has one.
+    pub probe_addr: Option<std::net::SocketAddr>,
     /// Ends after `shutdown`, once its connections are closed.
     pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -239,9 +246,20 @@ pub fn start(
         let listener = proxy::socket::bind(spec.listen)
             .with_context(|| format!("proxy `{}`: could not bind {}", spec.name, spec.listen))?;
         let addr = listener.local_addr()?;
+        let probes = match spec.probe_listen {
+            Some(at) => Some(proxy::socket::bind(at).with_context(|| {
+                format!(
+                    "proxy `{}`: could not bind the probe listener {at}",
+                    spec.name
+                )
+            })?),
+            None => None,
+        };
+        let probe_addr = probes.as_ref().map(|l| l.local_addr()).transpose()?;
         let mut options = options.clone();
         options.mode = spec.mode;
         options.probe = spec.probe.clone();
+        options.probe_listen = probe_addr;
         let proxy = Proxy::new(
             spec.name.clone(),
             spec.upstream.clone(),
@@ -250,14 +268,29 @@ pub fn start(
             spec.faults.clone(),
         )
         .map_err(|e| UsageError(format!("proxy `{}`: {e}", spec.name)))?;
-        let task = tokio::spawn(proxy::serve(listener, proxy.clone(), shutdown.clone()));
+        let serving = proxy::serve(listener, proxy.clone(), shutdown.clone());
+        let probing = probes.map(|l| proxy::serve_probes(l, proxy.clone(), shutdown.clone()));
+        let task = tokio::spawn(async move {
+            match probing {
+                Some(probing) => {
+                    let (a, b) = tokio::join!(serving, probing);
+                    a.and(b)
+                }
+                None => serving.await,
+            }
+        });
         tokio::spawn(play(
             proxy.clone(),
             spec.timeline.clone(),
             t0,
             shutdown.clone(),
         ));
-        running.push(Running { proxy, addr, task });
+        running.push(Running {
+            proxy,
+            addr,
+            probe_addr,
+            task,
+        });
     }
     Ok(running)
 }

@@ -29,7 +29,7 @@ use self::{
 };
 use crate::{
     events::{Counters, EventLog},
-    fault::{ConnId, Fault, Kind, ProbeRules},
+    fault::{ConnId, Fault, Kind, ProbeRules, Scope},
     shutdown::Shutdown,
 };
 
@@ -55,6 +55,9 @@ pub struct Options {
     pub instance: Option<String>,
     /// Where events go (faults changed, drains, GOAWAYs, resets, probes), if anywhere.
     pub events: Option<Arc<EventLog>>,
+    /// A second listener for health probes only, if any: it lets TCP faults and
+    /// listener faults tell probes from data.
+    pub probe_listen: Option<std::net::SocketAddr>,
 }
 
 impl Default for Options {
@@ -67,6 +70,7 @@ impl Default for Options {
             id_headers: vec!["x-request-id".into(), "idempotency-key".into()],
             instance: None,
             events: None,
+            probe_listen: None,
         }
     }
 }
@@ -359,10 +363,15 @@ impl Proxy {
         }
     }
 
-    fn listener_state(faults: &[Arc<Fault>]) -> Listening {
-        if faults.iter().any(|f| f.kind == Kind::Down) {
+    fn listener_state(faults: &[Arc<Fault>], class: Scope) -> Listening {
+        let on = |kind: Kind| {
+            faults
+                .iter()
+                .any(|f| f.kind == kind && f.acts_on_listener(class))
+        };
+        if on(Kind::Down) {
             Listening::Down
-        } else if faults.iter().any(|f| f.kind == Kind::SynDrop) {
+        } else if on(Kind::SynDrop) {
             Listening::SynDrop
         } else {
             Listening::Accepting
@@ -398,6 +407,30 @@ pub async fn serve(
     proxy: Arc<Proxy>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
+    let class = if proxy.options.probe_listen.is_some() {
+        Scope::Data
+    } else {
+        Scope::Any
+    };
+    serve_listener(listener, proxy, class, shutdown).await
+}
+
+/// Serves `proxy`'s separate probe listener: every connection (and request) on it is
+/// a probe, and faults scoped `probe` act on it alone.
+pub async fn serve_probes(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    serve_listener(listener, proxy, Scope::Probe, shutdown).await
+}
+
+async fn serve_listener(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    class: Scope,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let mut faults = proxy.faults.subscribe();
     let mut drains = proxy.drain.subscribe();
@@ -407,7 +440,7 @@ pub async fn serve(
     let http = (proxy.options.mode == Mode::Http).then(|| crate::http::upstream(&proxy));
     info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream, "listening");
     loop {
-        let fault_state = Proxy::listener_state(&faults.borrow_and_update());
+        let fault_state = Proxy::listener_state(&faults.borrow_and_update(), class);
         let state = match *drains.borrow_and_update() {
             Some((
                 Drain {
@@ -469,12 +502,12 @@ pub async fn serve(
                             Some(upstream) => {
                                 let (proxy, faults, upstream) = (proxy.clone(), faults.clone(), upstream.clone());
                                 tracker.spawn(async move {
-                                    crate::http::handle(stream, proxy.clone(), faults, control, upstream).await;
+                                    crate::http::handle(stream, proxy.clone(), faults, control, upstream, class).await;
                                     proxy.unregister(conn);
                                 }.instrument(span));
                             }
                             None => {
-                                tracker.spawn(handle(stream, conn, proxy.clone(), faults.clone(), control).instrument(span));
+                                tracker.spawn(handle(stream, conn, proxy.clone(), faults.clone(), control, class).instrument(span));
                             }
                         }
                     }
@@ -547,6 +580,7 @@ async fn handle(
     proxy: Arc<Proxy>,
     faults: Faults,
     control: Arc<Control>,
+    class: Scope,
 ) {
     let options = &proxy.options;
     let connect = timeout(
@@ -577,6 +611,7 @@ async fn handle(
         seed: proxy.seed,
         proxy: &proxy.name,
         conn,
+        class,
     };
     let outcome = relay::run(
         &mut client,

@@ -281,8 +281,11 @@ fn tcp_faults_on_an_http_proxy_are_refused_with_the_reason() {
         stderr.contains("latency_downstream") && stderr.contains("mode http"),
         "{stderr}"
     );
-    let bad: Result<Fault, _> = "latency:latency=5,scope=probe".parse();
-    assert!(bad.unwrap_err().contains("scope probe needs an HTTP fault"));
+    let bad: Result<Fault, _> = "latency:latency=5,scope=sometimes".parse();
+    assert!(
+        bad.unwrap_err()
+            .contains("scope `sometimes` is not any, data or probe")
+    );
 }
 
 #[tokio::test]

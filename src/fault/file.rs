@@ -63,6 +63,8 @@ pub struct ProxySpec {
     pub mode: Mode,
     /// HTTP mode: which requests are probes.
     pub probe: ProbeRules,
+    /// A second listener that carries only health probes.
+    pub probe_listen: Option<SocketAddr>,
 }
 
 /// One timeline entry.
@@ -105,6 +107,7 @@ struct ProxyDef {
     mode: Mode,
     #[serde(default)]
     probe: ProbeRules,
+    probe_listen: Option<Spanned<String>>,
     #[serde(default)]
     fault: Vec<Spanned<FaultDef>>,
     #[serde(default)]
@@ -177,6 +180,18 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
                 ),
             )
         })?;
+        let probe_listen = match &proxy.probe_listen {
+            Some(p) => Some(p.get_ref().parse::<SocketAddr>().map_err(|_| {
+                at(
+                    p.span(),
+                    format!(
+                        "proxy `{name}`: probe_listen `{}` is not an IP:port address",
+                        p.get_ref()
+                    ),
+                )
+            })?),
+            None => None,
+        };
         let upstream = host_port(proxy.upstream.get_ref()).map_err(|why| {
             at(
                 proxy.upstream.span(),
@@ -279,6 +294,7 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
             timeline: timeline.into_iter().map(|(_, c)| c).collect(),
             mode: proxy.mode,
             probe: proxy.probe,
+            probe_listen,
         });
     }
     Ok(Scenario {

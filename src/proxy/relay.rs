@@ -410,7 +410,10 @@ impl<'a> Flow<'a> {
     /// interrupts its stubs; a scheduled close or reset happens at once too.
     fn sync(&mut self, release: bool) -> Option<End> {
         let faults = self.faults.borrow_and_update().clone();
-        if let Some(down) = faults.iter().find(|f| f.kind == Kind::Down) {
+        if let Some(down) = faults
+            .iter()
+            .find(|f| f.kind == Kind::Down && f.acts_on_listener(self.id.class))
+        {
             return Some(End::Down(down.name.clone()));
         }
         let now = Instant::now();
