@@ -488,6 +488,8 @@ struct Faulted {
     socket: Option<OwnedFd>,
     /// Consulted per chunk: a slow drain paces responses already in flight.
     proxy: Arc<Proxy>,
+    /// A chunk waiting out its pause.
+    held: Option<Bytes>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -500,7 +502,7 @@ enum Cutting {
 
 impl Faulted {
     fn new(inner: ReplyBody, plan: Plan, conn: &Conn, h2: bool) -> Faulted {
-        let delay = plan.first + plan.each;
+        let delay = plan.first;
         let socket = plan.cut.and_then(|_| conn.socket.try_clone().ok());
         let wait = (!delay.is_zero()).then(|| Box::pin(tokio::time::sleep(delay)));
         let cutting = if plan.cut.is_some_and(|(limit, _)| limit == 0) {
@@ -517,6 +519,7 @@ impl Faulted {
             h2,
             socket,
             proxy: conn.proxy.clone(),
+            held: None,
         }
     }
 
@@ -558,12 +561,16 @@ impl Body for Faulted {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
         let this = self.get_mut();
-        if this.cutting != Cutting::No {
-            return this.cut(cx);
-        }
+        // Order matters: a pause first, then the chunk it held, then a due cut.
         if let Some(wait) = &mut this.wait {
             ready!(wait.as_mut().poll(cx));
             this.wait = None;
+        }
+        if let Some(data) = this.held.take() {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        if this.cutting != Cutting::No {
+            return this.cut(cx);
         }
         match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
             Some(Ok(frame)) => {
@@ -578,6 +585,7 @@ impl Body for Faulted {
                     }
                 }
                 this.sent += data.len() as u64;
+                // Held before it goes, not after: the last chunk is paced too.
                 let mut pause = this.plan.each;
                 if let Some(Drain {
                     mode: DrainMode::Slow,
@@ -587,10 +595,16 @@ impl Body for Faulted {
                 {
                     pause += Duration::from_nanos(data.len() as u64 * 1_000_000 / rate.max(1));
                 }
-                if !pause.is_zero() {
-                    this.wait = Some(Box::pin(tokio::time::sleep(pause)));
+                if pause.is_zero() {
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Poll::Ready(Some(Ok(Frame::data(data))))
+                this.held = Some(data);
+                let mut wait = Box::pin(tokio::time::sleep(pause));
+                if wait.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(this.held.take().map(|d| Ok(Frame::data(d))));
+                }
+                this.wait = Some(wait);
+                Poll::Pending
             }
             Some(Err(e)) => Poll::Ready(Some(Err(e))),
             // A reset due after more bytes than the body has still happens: the
