@@ -164,6 +164,7 @@ impl Api {
                 enabled: Some(true),
                 mode: Some(spec.mode),
                 probe: Some(spec.probe.clone()),
+                probe_listen: spec.probe_listen.map(|a| a.to_string()),
             };
             registry.create(input).await?;
             let proxy = registry.proxy(&spec.name)?;

@@ -268,17 +268,12 @@ pub fn start(
             spec.faults.clone(),
         )
         .map_err(|e| UsageError(format!("proxy `{}`: {e}", spec.name)))?;
-        let serving = proxy::serve(listener, proxy.clone(), shutdown.clone());
-        let probing = probes.map(|l| proxy::serve_probes(l, proxy.clone(), shutdown.clone()));
-        let task = tokio::spawn(async move {
-            match probing {
-                Some(probing) => {
-                    let (a, b) = tokio::join!(serving, probing);
-                    a.and(b)
-                }
-                None => serving.await,
-            }
-        });
+        let task = tokio::spawn(proxy::serve_all(
+            listener,
+            probes,
+            proxy.clone(),
+            shutdown.clone(),
+        ));
         tokio::spawn(play(
             proxy.clone(),
             spec.timeline.clone(),

@@ -415,6 +415,26 @@ pub async fn serve(
     serve_listener(listener, proxy, class, shutdown).await
 }
 
+/// Serves `proxy` on its data listener and, if given, its probe listener, until
+/// `shutdown`; the first error of either is returned once both have ended.
+pub async fn serve_all(
+    listener: TcpListener,
+    probes: Option<TcpListener>,
+    proxy: Arc<Proxy>,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    match probes {
+        Some(probes) => {
+            let (a, b) = tokio::join!(
+                serve(listener, proxy.clone(), shutdown.clone()),
+                serve_probes(probes, proxy, shutdown)
+            );
+            a.and(b)
+        }
+        None => serve(listener, proxy, shutdown).await,
+    }
+}
+
 /// Serves `proxy`'s separate probe listener: every connection (and request) on it is
 /// a probe, and faults scoped `probe` act on it alone.
 pub async fn serve_probes(

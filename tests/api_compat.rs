@@ -527,3 +527,28 @@ async fn drains_and_stats_come_through_the_api() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_api_proxy_can_have_a_probe_listener() {
+    within(10, async {
+        let api = spawn_api(None).await;
+        let echo = echo_server().await;
+        let body = format!(r#"{{"name":"p","listen":"127.0.0.1:0","probe_listen":"127.0.0.1:0","upstream":"{echo}"}}"#);
+        let created = json(&call(api, "POST", "/proxies", &body).await);
+        let probes: SocketAddr = created["probe_listen"].as_str().unwrap().parse().unwrap();
+        let data: SocketAddr = created["listen"].as_str().unwrap().parse().unwrap();
+        assert_ne!(probes.port(), 0);
+        call(api, "POST", "/proxies/p/toxics", r#"{"type":"down","scope":"probe"}"#).await;
+        within(2, async {
+            loop {
+                match TcpStream::connect(probes).await {
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => break,
+                    _ => tokio::task::yield_now().await,
+                }
+            }
+        })
+        .await;
+        assert!(rtt(data).await < Duration::from_millis(100));
+    })
+    .await;
+}

@@ -419,3 +419,40 @@ async fn a_user_agent_rule_makes_a_probe_of_any_path() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_hyper_h2_client_sees_the_answer_and_a_truncation_as_a_body_error() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+    within(10, async {
+        let (backend, _) = http_backend("0123456789abcdef").await;
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .build_http::<Empty<bytes::Bytes>>();
+        let proxy = http_proxy(backend, &[]).await;
+        let res = client
+            .get(format!("http://{proxy}/").parse().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            (res.status().as_u16(), res.version()),
+            (200, hyper::Version::HTTP_2)
+        );
+        assert_eq!(
+            res.into_body().collect().await.unwrap().to_bytes(),
+            "0123456789abcdef"
+        );
+
+        let proxy = http_proxy(backend, &["bad_body:mode=truncate,bytes=4"]).await;
+        let res = client
+            .get(format!("http://{proxy}/").parse().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(res.status().as_u16(), 200);
+        assert!(
+            res.into_body().collect().await.is_err(),
+            "a truncated h2 body must fail"
+        );
+    })
+    .await;
+}

@@ -20,6 +20,8 @@ struct Entry {
     listen: String,
     upstream: String,
     enabled: bool,
+    /// Like `listen`, for the probe listener, if the proxy has one.
+    probe_listen: Option<String>,
     options: Options,
     proxy: Arc<Proxy>,
     /// Each toxic's `stream` as the client wrote it (Toxiproxy echoes "UPSTREAM").
@@ -50,6 +52,8 @@ pub struct ProxyInput {
     pub mode: Option<crate::fault::Mode>,
     /// snag's own: HTTP mode's probe rules (`paths`, `headers`, `methods`).
     pub probe: Option<crate::fault::ProbeRules>,
+    /// snag's own: a second listener for health checks alone.
+    pub probe_listen: Option<String>,
 }
 
 /// A proxy as Toxiproxy renders it, field order included.
@@ -66,6 +70,9 @@ pub struct ProxyView {
     /// snag's own, shown only for HTTP proxies so TCP ones read as Toxiproxy's.
     #[serde(skip_serializing_if = "Option::is_none")]
     mode: Option<&'static str>,
+    /// snag's own, shown only when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probe_listen: Option<String>,
 }
 
 /// A toxic as Toxiproxy renders it, field order included.
@@ -154,11 +161,15 @@ impl Registry {
         if let Some(probe) = input.probe {
             options.probe = probe;
         }
+        if let Some(at) = &input.probe_listen {
+            options.probe_listen = Some(resolve(at).await.map_err(Error::Listen)?);
+        }
         let proxy = self.new_proxy(&name, &upstream, &options, Vec::new())?;
         let mut entry = Entry {
             listen: input.listen.unwrap_or_default(),
             upstream,
             enabled: false,
+            probe_listen: input.probe_listen,
             options,
             proxy,
             streams: BTreeMap::new(),
@@ -467,8 +478,26 @@ impl Registry {
         let bound = listener
             .local_addr()
             .map_err(|e| Error::Listen(e.to_string()))?;
+        let probes = match &entry.probe_listen {
+            Some(at) => {
+                let addr = resolve(at).await.map_err(Error::Listen)?;
+                let listener = proxy::socket::bind(addr)
+                    .map_err(|e| Error::Listen(go_listen_error(addr, &e)))?;
+                let bound = listener
+                    .local_addr()
+                    .map_err(|e| Error::Listen(e.to_string()))?;
+                entry.probe_listen = Some(bound.to_string());
+                Some(listener)
+            }
+            None => None,
+        };
         let stop = self.shutdown.child();
-        let task = tokio::spawn(proxy::serve(listener, entry.proxy.clone(), stop.clone()));
+        let task = tokio::spawn(proxy::serve_all(
+            listener,
+            probes,
+            entry.proxy.clone(),
+            stop.clone(),
+        ));
         entry.listen = bound.to_string();
         entry.enabled = true;
         entry.running = Some((stop, task));
@@ -501,6 +530,7 @@ fn view(name: &str, entry: &Entry) -> ProxyView {
         logger: Map::new(),
         toxics: toxics(entry),
         mode: (entry.options.mode == crate::fault::Mode::Http).then_some("http"),
+        probe_listen: entry.probe_listen.clone(),
     }
 }
 
