@@ -165,6 +165,8 @@ impl Api {
                 mode: Some(spec.mode),
                 probe: Some(spec.probe.clone()),
                 probe_listen: spec.probe_listen.map(|a| a.to_string()),
+                id_headers: spec.id_headers.clone(),
+                instance: spec.instance.clone(),
             };
             registry.create(input).await?;
             let proxy = registry.proxy(&spec.name)?;

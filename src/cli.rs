@@ -229,6 +229,14 @@ pub struct ProxyArgs {
     /// user-agent=kube-probe (repeatable).
     #[arg(long = "probe-header", value_name = "NAME=TEXT", conflicts_with = "file", value_parser = name_value)]
     pub probe_headers: Vec<(String, String)>,
+    /// In http mode, a request header carrying a transaction id (repeatable; default
+    /// x-request-id and idempotency-key): an id seen twice is a duplicate.
+    #[arg(long = "id-header", value_name = "NAME", conflicts_with = "file")]
+    pub id_headers: Vec<String>,
+    /// In http mode, the name the backend should give in x-instance (default: the
+    /// proxy's --name); responses naming another are counted as disagreements.
+    #[arg(long, value_name = "NAME", conflicts_with = "file")]
+    pub instance: Option<String>,
     /// In http mode, requests with this method are probes, e.g. HEAD (repeatable).
     #[arg(long = "probe-method", value_name = "METHOD", conflicts_with = "file")]
     pub probe_methods: Vec<String>,

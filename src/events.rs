@@ -35,6 +35,7 @@ pub struct Counters {
     empty_connections: AtomicU64,
     after_drain: AtomicU64,
     drain_resets: AtomicU64,
+    fault_resets: AtomicU64,
     goaways: AtomicU64,
     ids: Mutex<Ids>,
 }
@@ -89,6 +90,9 @@ pub struct Stats {
     pub requests_after_drain: u64,
     /// Connections reset by a drain's deadline or an abrupt drain.
     pub drain_resets: u64,
+    /// Connections snag reset because a fault said so (reset_peer,
+    /// reset_mid_response, drop_request).
+    pub fault_resets: u64,
     /// HTTP/2 connections sent GOAWAY.
     pub goaways: u64,
     /// Transaction ids seen more than once, with how many times.
@@ -117,6 +121,7 @@ impl Default for Counters {
             empty_connections: AtomicU64::default(),
             after_drain: AtomicU64::default(),
             drain_resets: AtomicU64::default(),
+            fault_resets: AtomicU64::default(),
             goaways: AtomicU64::default(),
             ids: Mutex::default(),
         }
@@ -184,6 +189,11 @@ impl Counters {
     /// A drain reset a connection.
     pub fn drain_reset(&self) {
         self.drain_resets.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A fault reset a connection.
+    pub fn fault_reset(&self) {
+        self.fault_resets.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A GOAWAY went out on an HTTP/2 connection.
@@ -255,6 +265,7 @@ impl Counters {
             empty_connections: get(&self.empty_connections),
             requests_after_drain: get(&self.after_drain),
             drain_resets: get(&self.drain_resets),
+            fault_resets: get(&self.fault_resets),
             goaways: get(&self.goaways),
             duplicates: ids
                 .seen

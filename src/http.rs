@@ -286,6 +286,8 @@ async fn respond(
                 }
                 tokio::time::sleep(Duration::from_millis(d.timeout)).await;
                 socket::reset_fd_on_close(&conn.socket);
+                proxy.counters().fault_reset();
+                proxy.event("fault_reset", serde_json::json!({ "fault": fault.name }));
                 return Err(Failure::Fault(format!(
                     "drop_request `{}`: reset after {} ms",
                     fault.name, d.timeout
@@ -544,6 +546,11 @@ impl Faulted {
                     && let Some(fd) = &self.socket
                 {
                     socket::reset_fd_on_close(fd);
+                    self.proxy.counters().fault_reset();
+                    self.proxy.event(
+                        "fault_reset",
+                        serde_json::json!({ "fault": "reset_mid_response" }),
+                    );
                 }
                 Poll::Ready(Some(Err(Failure::Fault("response cut by a fault".into()))))
             }

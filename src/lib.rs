@@ -148,6 +148,8 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
                 mode: args.mode,
                 probe: args.probe_rules(),
                 probe_listen: args.probe_listen,
+                id_headers: (!args.id_headers.is_empty()).then(|| args.id_headers.clone()),
+                instance: args.instance.clone(),
             }],
         },
     };
@@ -259,6 +261,10 @@ pub fn start(
         let mut options = options.clone();
         options.mode = spec.mode;
         options.probe = spec.probe.clone();
+        if let Some(headers) = &spec.id_headers {
+            options.id_headers = headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+        }
+        options.instance = spec.instance.clone();
         options.probe_listen = probe_addr;
         let proxy = Proxy::new(
             spec.name.clone(),

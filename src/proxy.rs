@@ -652,6 +652,13 @@ async fn handle(
     if counts == [0; 4] && outcome.ending == Ending::Eof {
         proxy.counters.empty_connection();
     }
+    if outcome.fault_reset {
+        proxy.counters.fault_reset();
+        proxy.event(
+            "fault_reset",
+            serde_json::json!({ "connection": conn, "faults": outcome.applied }),
+        );
+    }
     for (counter, n) in proxy.traffic.iter().zip(counts) {
         counter.fetch_add(n, Ordering::Relaxed);
     }

@@ -85,11 +85,17 @@ async fn bandwidth_paces_a_transfer_to_within_ten_percent() {
 #[tokio::test]
 async fn reset_peer_makes_the_client_read_fail_with_econnreset() {
     within(10, async {
-        let (proxy, _) = spawn_proxy(echo_server().await, &["reset_peer:timeout=0"]).await;
+        let (proxy, p) = spawn_proxy(echo_server().await, &["reset_peer:timeout=0"]).await;
         let mut client = TcpStream::connect(proxy).await.unwrap();
         client.write_all(b"ping").await.unwrap();
         let err = client.read(&mut [0; 8]).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+        within(3, async {
+            while p.counters().snapshot().fault_resets != 1 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
     })
     .await;
 }

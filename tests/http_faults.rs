@@ -313,6 +313,7 @@ async fn stats_and_events_files_record_probes_faults_and_requests() {
                 "--fault",
                 "http_status:status=503,scope=probe",
             ])
+            .args(["--id-header", "X-Txn", "--instance", "backend-a"])
             .args([
                 "--stats",
                 stats.to_str().unwrap(),
@@ -340,18 +341,12 @@ async fn stats_and_events_files_record_probes_faults_and_requests() {
         .await
         .unwrap();
         assert_eq!(http(addr, "GET", "/healthz", "", &[]).await.status, 503);
+        let txn = [("x-txn", "a"), ("x-request-id", "b")];
         assert_eq!(
-            http(addr, "GET", "/orders", "", &[("x-request-id", "a")])
-                .await
-                .status,
+            http(addr, "GET", "/orders", "", &txn[..1]).await.status,
             200
         );
-        assert_eq!(
-            http(addr, "GET", "/orders", "", &[("x-request-id", "a")])
-                .await
-                .status,
-            200
-        );
+        assert_eq!(http(addr, "GET", "/orders", "", &txn).await.status, 200);
         let killed = std::process::Command::new("kill")
             .args(["-INT", &child.id().to_string()])
             .status()
@@ -373,7 +368,14 @@ async fn stats_and_events_files_record_probes_faults_and_requests() {
             (1.into(), 2.into())
         );
         assert_eq!(web["responses"]["5xx"], 1);
-        assert_eq!(web["duplicates"]["a"], 2);
+        assert_eq!(web["duplicates"], serde_json::json!({"a": 2}));
+        assert_eq!(
+            (
+                web["instances"]["backend-a"].clone(),
+                web["instance_disagreements"].clone()
+            ),
+            (2.into(), 0.into())
+        );
         assert_eq!(web["probes"][0]["status"], 503);
         let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
             .unwrap()

@@ -54,6 +54,10 @@ pub struct ProxyInput {
     pub probe: Option<crate::fault::ProbeRules>,
     /// snag's own: a second listener for health checks alone.
     pub probe_listen: Option<String>,
+    /// snag's own: request headers carrying a transaction id.
+    pub id_headers: Option<Vec<String>>,
+    /// snag's own: the backend's expected `x-instance`.
+    pub instance: Option<String>,
 }
 
 /// A proxy as Toxiproxy renders it, field order included.
@@ -161,6 +165,10 @@ impl Registry {
         if let Some(probe) = input.probe {
             options.probe = probe;
         }
+        if let Some(headers) = &input.id_headers {
+            options.id_headers = headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+        }
+        options.instance = input.instance.clone();
         if let Some(at) = &input.probe_listen {
             options.probe_listen = Some(resolve(at).await.map_err(Error::Listen)?);
         }

@@ -65,6 +65,10 @@ pub struct ProxySpec {
     pub probe: ProbeRules,
     /// A second listener that carries only health probes.
     pub probe_listen: Option<SocketAddr>,
+    /// HTTP mode: request headers carrying a transaction id; `None` keeps the defaults.
+    pub id_headers: Option<Vec<String>>,
+    /// HTTP mode: the backend's expected `x-instance`; `None`: the proxy's name.
+    pub instance: Option<String>,
 }
 
 /// One timeline entry.
@@ -108,6 +112,8 @@ struct ProxyDef {
     #[serde(default)]
     probe: ProbeRules,
     probe_listen: Option<Spanned<String>>,
+    id_headers: Option<Vec<String>>,
+    instance: Option<String>,
     #[serde(default)]
     fault: Vec<Spanned<FaultDef>>,
     #[serde(default)]
@@ -295,6 +301,8 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
             mode: proxy.mode,
             probe: proxy.probe,
             probe_listen,
+            id_headers: proxy.id_headers,
+            instance: proxy.instance,
         });
     }
     Ok(Scenario {

@@ -170,6 +170,8 @@ pub struct Outcome {
     pub received_down: u64,
     /// Faults that applied to it at any time, in order.
     pub applied: Vec<String>,
+    /// Whether snag reset it because a fault said so.
+    pub fault_reset: bool,
 }
 
 /// How much a direction may hold in its queue before it stops reading, so a slow
@@ -243,6 +245,7 @@ pub async fn run(
         ((a, up.sent, up.received), (b, down.sent, down.received))
     };
     let names = || applied.join("+");
+    let mut fault_reset = false;
     let ending = match (&up.0, &down.0) {
         (End::Drained, _) | (_, End::Drained) => {
             reset_on_close(client);
@@ -254,6 +257,7 @@ pub async fn run(
         (End::Reset, _) | (_, End::Reset) => {
             reset_on_close(client);
             reset_on_close(upstream);
+            fault_reset = true;
             Ending::Fault { name: names() }
         }
         (End::PeerReset(Side::Upstream), _) | (_, End::PeerReset(Side::Upstream)) => {
@@ -278,6 +282,7 @@ pub async fn run(
         received_up: up.2,
         received_down: down.2,
         applied,
+        fault_reset,
     }
 }
 
