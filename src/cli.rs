@@ -22,7 +22,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Relay TCP connections to an upstream through fault stages.
-    Proxy(ProxyArgs),
+    Proxy(Box<ProxyArgs>),
     /// Start an echo upstream and a proxy with a fault file's timeline, probe through
     /// it, and show what each fault did.
     Demo(DemoArgs),

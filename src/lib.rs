@@ -41,7 +41,7 @@ use crate::{
 /// Runs one subcommand until it is done or `shutdown` fires.
 pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
     match cli.command {
-        Command::Proxy(args) => run_proxies(args, shutdown).await,
+        Command::Proxy(args) => run_proxies(*args, shutdown).await,
         Command::Demo(args) => demo::run(args, shutdown).await,
         Command::Serve(args) => serve_api(args, shutdown).await,
         Command::Ctl(args) => ctl::run(args).await,
