@@ -198,6 +198,20 @@ impl Proxy {
             return;
         }
         self.each_conn(|c| c.drain());
+        if drain.mode == DrainMode::Slow && self.options.mode == Mode::Tcp {
+            // TCP has no responses to pace one by one: the downstream bytes of every
+            // open connection are, by a bandwidth fault everyone can see in the list.
+            let pace = Fault::new(
+                Some(SLOW_DRAIN.into()),
+                Kind::Bandwidth(crate::fault::bandwidth::Bandwidth { rate: drain.rate }),
+                None,
+                None,
+            );
+            if let Ok(pace) = pace {
+                let _ = self.remove_fault(SLOW_DRAIN);
+                let _ = self.add_fault(pace);
+            }
+        }
         if let Some(grace) = drain.deadline() {
             let proxy = self.clone();
             let mut changed = self.drain.subscribe();
@@ -214,6 +228,7 @@ impl Proxy {
 
     /// Ends the drain: the listener accepts again.
     pub fn undrain(&self) {
+        let _ = self.remove_fault(SLOW_DRAIN);
         info!(proxy = %self.name, "drain ended");
         self.event("drain_ended", serde_json::json!({}));
         self.drain.send_replace(None);
@@ -378,6 +393,9 @@ impl Proxy {
         }
     }
 }
+
+/// The name of the bandwidth fault a slow drain puts on a TCP proxy.
+pub const SLOW_DRAIN: &str = "drain_slow";
 
 fn fault_json(fault: &Fault) -> serde_json::Value {
     serde_json::json!({

@@ -309,3 +309,36 @@ async fn empty_tcp_connections_malformed_requests_and_the_connection_rate_are_co
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_slow_tcp_drain_paces_open_connections() {
+    within(10, async {
+        let (addr, proxy) = spawn(echo_server().await, Mode::Tcp, Options::default()).await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"ping").await.unwrap();
+        c.read_exact(&mut [0; 4]).await.unwrap();
+        proxy.drain(Drain {
+            mode: DrainMode::Slow,
+            timeout: 0,
+            new: NewConns::Refuse,
+            rate: 10,
+        });
+        assert!(proxy.faults().iter().any(|f| f.name == proxy::SLOW_DRAIN));
+        let t = Instant::now();
+        let data = vec![7u8; 12_000];
+        let (mut r, mut w) = c.into_split();
+        let writer = tokio::spawn(async move { w.write_all(&data).await.unwrap() });
+        let mut got = vec![0; 12_000];
+        r.read_exact(&mut got).await.unwrap();
+        writer.await.unwrap();
+        // 12 KB at 10 KB/s: 1.2 s.
+        assert!(
+            t.elapsed() >= Duration::from_millis(1_000),
+            "{:?}",
+            t.elapsed()
+        );
+        proxy.undrain();
+        assert!(proxy.faults().is_empty());
+    })
+    .await;
+}
