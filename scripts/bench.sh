@@ -81,6 +81,11 @@ lat_port=$(free_port)
   --fault latency:latency=20 >/dev/null & pids+=($!)
 wait_port "$lat_port"
 
+cap_port=$(free_port)
+"$snag" proxy --listen "127.0.0.1:$cap_port" --upstream "127.0.0.1:$nginx_port" --seed 1 \
+  --capture "$work/bench.pcapng" --snaplen 128 >/dev/null & pids+=($!)
+wait_port "$cap_port"
+
 haproxy_port=$(free_port)
 cat > "$work/haproxy.cfg" <<CONF
 global
@@ -132,7 +137,7 @@ printf 'idle connections…' >&2
 snag_idle=$(idle_cost "$snag_pid" "$snag_port")
 hap_idle=$(idle_cost "$haproxy_pid" "$haproxy_port")
 
-declare -A port=([direct]=$nginx_port [snag]=$snag_port [haproxy]=$haproxy_port)
+declare -A port=([direct]=$nginx_port [snag]=$snag_port [haproxy]=$haproxy_port [capture]=$cap_port)
 targets=(direct snag haproxy)
 
 # wrk prints latencies as 1.23us/ms/s and transfer as 1.23KB/MB/GB (base 1024).
@@ -204,5 +209,17 @@ lat50=$(printf '%s\n' "${lat[@]}" | median)
 base50=$(col snag "1 /small" 2)
 echo
 awk -v l="$lat50" -v b="$base50" 'BEGIN { printf "latency stage: p50 %.3f ms with latency=20 vs %.3f ms without: added %.3f ms (target 20 ± 1 ms)\n", l, b, l - b }'
+
+# Capture on against capture off: requests/s at 32 connections, interleaved.
+cap=() plain=()
+for round in $(seq "$rounds"); do
+  printf '\rcapture round %d/%d…' "$round" "$rounds" >&2
+  plain+=("$(run_wrk snag 32 /small | awk '{print $1}')")
+  cap+=("$(run_wrk capture 32 /small | awk '{print $1}')")
+done
+printf '\r%40s\r' '' >&2
+cap_rps=$(printf '%s\n' "${cap[@]}" | median)
+plain_rps=$(printf '%s\n' "${plain[@]}" | median)
+awk -v c="$cap_rps" -v p="$plain_rps" 'BEGIN { printf "capture: %.0f req/s with --capture against %.0f without, at 32 conn: %.2f× (target ≥ 0.85×)\n", c, p, c / p }'
 
 echo "idle connections ($idle, each relayed one request first): snag ${snag_idle} KiB each, haproxy ${hap_idle} KiB each (target: snag ≤ 16 KiB)"

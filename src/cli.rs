@@ -30,6 +30,22 @@ pub enum Command {
     Serve(ServeArgs),
     /// Talk to a running control API (snag serve, or Toxiproxy).
     Ctl(CtlArgs),
+    /// Sockets by TCP state, TIME_WAIT per destination, and the ephemeral port pool.
+    Ports(PortsArgs),
+}
+
+/// `snag ports`.
+#[derive(Debug, Args)]
+pub struct PortsArgs {
+    /// Only this destination's use of the pool.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub dest: Option<std::net::SocketAddr>,
+    /// Report again at this interval until Ctrl-C, e.g. 1s.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub watch: Option<Duration>,
+    /// One JSON object per report instead of tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `snag ctl`.
@@ -247,6 +263,16 @@ pub struct ProxyArgs {
     /// A fault file (faults/*.toml): several proxies, their faults and a timeline.
     #[arg(long, env = "SNAG_FILE")]
     pub file: Option<PathBuf>,
+    /// Capture both legs of every connection (TCP mode) to this pcapng file.
+    #[arg(long, value_name = "FILE")]
+    pub capture: Option<PathBuf>,
+    /// Start a new capture file (NAME.1.pcapng, NAME.2.pcapng …) once one holds this
+    /// many bytes.
+    #[arg(long, value_name = "BYTES", requires = "capture")]
+    pub capture_max_bytes: Option<u64>,
+    /// Bytes kept of each captured packet, headers included; 0 keeps all.
+    #[arg(long, value_name = "BYTES", default_value_t = 0, requires = "capture")]
+    pub snaplen: u32,
     /// Write every proxy's counters here as JSON when snag exits.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,

@@ -15,6 +15,7 @@
 #![deny(unsafe_code)]
 
 pub mod api;
+pub mod capture;
 pub mod cli;
 pub mod ctl;
 pub mod demo;
@@ -22,6 +23,7 @@ pub mod events;
 pub mod fault;
 pub mod http;
 pub mod lab;
+pub mod ports;
 pub mod proxy;
 pub mod seed;
 pub mod shutdown;
@@ -45,7 +47,64 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args, shutdown).await,
         Command::Serve(args) => serve_api(args, shutdown).await,
         Command::Ctl(args) => ctl::run(args).await,
+        Command::Ports(args) => ports_report(args, shutdown).await,
     }
+}
+
+async fn ports_report(args: cli::PortsArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+    loop {
+        let report = ports::report(&ports::sockets()?, ports::Limits::read()?, args.dest);
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string(&report).expect("reports serialise")
+            );
+        } else {
+            print_ports(&report);
+        }
+        let Some(every) = args.watch else {
+            return Ok(());
+        };
+        tokio::select! {
+            _ = shutdown.wait() => return Ok(()),
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+fn print_ports(r: &ports::Report) {
+    let states: Vec<String> = r.states.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    println!(
+        "sockets by state: {}",
+        if states.is_empty() {
+            "none".into()
+        } else {
+            states.join(", ")
+        }
+    );
+    let l = r.limits;
+    println!(
+        "ephemeral ports {}–{}: {} per destination (a port in use towards one destination is free towards another); tcp_tw_reuse {}, tcp_fin_timeout {} s",
+        l.ephemeral.0, l.ephemeral.1, r.pool, l.tw_reuse, l.fin_timeout
+    );
+    println!(
+        "{:<46}  {:>7}  {:>9}  {:>8}  {:>6}",
+        "destination", "in use", "TIME_WAIT", "headroom", "used"
+    );
+    for d in r.destinations.iter().take(20) {
+        println!(
+            "{:<46}  {:>7}  {:>9}  {:>8}  {:>5.1} %",
+            d.dest.to_string(),
+            d.ports_in_use,
+            d.time_wait,
+            d.headroom,
+            d.used_percent
+        );
+    }
+    if r.destinations.len() > 20 {
+        println!("… and {} more destinations", r.destinations.len() - 20);
+    }
+    println!();
 }
 
 /// A command line whose values are each fine but do not go together.
@@ -165,10 +224,31 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         ),
         None => None,
     };
+    let capture = match &args.capture {
+        Some(path) => {
+            if scenario.proxies.iter().any(|p| p.mode == fault::Mode::Http) {
+                return Err(UsageError(
+                    "--capture: HTTP-mode proxies are not captured yet; capture TCP-mode ones"
+                        .into(),
+                )
+                .into());
+            }
+            let settings = capture::Settings {
+                path: path.clone(),
+                max_bytes: args.capture_max_bytes,
+                snaplen: args.snaplen,
+            };
+            let capture = capture::Capture::create(settings)
+                .with_context(|| format!("could not create {}", path.display()))?;
+            Some(Arc::new(capture))
+        }
+        None => None,
+    };
     let options = Options {
         on_upstream_error: args.on_upstream_error,
         connect_timeout: args.connect_timeout,
         events: events.clone(),
+        capture: capture.clone(),
         ..Options::default()
     };
     let running = start(&scenario, seed, &options, &shutdown)?;
@@ -210,6 +290,11 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
     for r in running {
         r.task.await.context("proxy task failed")??;
         stats.insert(r.proxy.name.clone(), r.proxy.counters().snapshot());
+    }
+    if let (Some(capture), Some(path)) = (capture, &args.capture) {
+        capture
+            .close()
+            .with_context(|| format!("could not write {}", path.display()))?;
     }
     if let Some(path) = &args.stats {
         let text = serde_json::to_string_pretty(&stats).expect("stats serialise");

@@ -58,6 +58,8 @@ pub struct Options {
     /// A second listener for health probes only, if any: it lets TCP faults and
     /// listener faults tell probes from data.
     pub probe_listen: Option<std::net::SocketAddr>,
+    /// Where both legs of every connection are captured, if anywhere (TCP mode).
+    pub capture: Option<Arc<crate::capture::Capture>>,
 }
 
 impl Default for Options {
@@ -71,6 +73,7 @@ impl Default for Options {
             instance: None,
             events: None,
             probe_listen: None,
+            capture: None,
         }
     }
 }
@@ -658,6 +661,7 @@ async fn handle(
         &control,
         id,
         options.on_upstream_error,
+        options.capture.as_ref().and_then(|c| c.sender()),
     )
     .await;
     proxy.unregister(conn);

@@ -19,7 +19,7 @@ use std::{
 
 use std::os::fd::AsRawFd;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use nix::{errno::Errno, sys::socket::MsgFlags};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt, Interest},
@@ -27,12 +27,15 @@ use tokio::{
         TcpStream,
         tcp::{ReadHalf, WriteHalf},
     },
-    sync::{Notify, watch},
+    sync::{Notify, mpsc, watch},
     time::{Instant, sleep_until},
 };
 
 use super::socket::reset_on_close;
-use crate::fault::{Chain, ConnId, Direction, Fault, Kind, stage::Chunk, stage::Step};
+use crate::{
+    capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tcp::Peer},
+    fault::{Chain, ConnId, Direction, Fault, Kind, stage::Chunk, stage::Step},
+};
 
 /// The proxy's live fault list, as the relay watches it.
 pub type Faults = watch::Receiver<Arc<Vec<Arc<Fault>>>>;
@@ -214,7 +217,24 @@ pub async fn run(
     control: &Control,
     id: ConnId<'_>,
     policy: OnUpstreamError,
+    tap: Option<mpsc::Sender<Record>>,
 ) -> Outcome {
+    if let Some(tx) = &tap
+        && let (Ok(c), Ok(l), Ok(u), Ok(p)) = (
+            client.peer_addr(),
+            client.local_addr(),
+            upstream.local_addr(),
+            upstream.peer_addr(),
+        )
+    {
+        let _ = tx
+            .send(Record::Open {
+                conn: capture::key(id.proxy, id.conn),
+                legs: [(c, l), (u, p)],
+                at: capture::now(),
+            })
+            .await;
+    }
     let mut applied = Vec::new();
     let (up, down) = {
         let (client_r, client_w) = client.split();
@@ -226,6 +246,7 @@ pub async fn run(
             faults.clone(),
             control,
             id,
+            tap.clone(),
         );
         let mut down = Flow::new(
             Direction::Downstream,
@@ -234,6 +255,7 @@ pub async fn run(
             faults.clone(),
             control,
             id,
+            tap.clone(),
         );
         let (a, b) = tokio::join!(up.run(), down.run());
         applied.extend(up.applied);
@@ -275,6 +297,51 @@ pub async fn run(
         (End::Closed, _) | (_, End::Closed) => Ending::Fault { name: names() },
         _ => Ending::Eof,
     };
+    if let Some(tx) = &tap {
+        let conn = capture::key(id.proxy, id.conn);
+        let rst = |leg, from, note: Option<String>| Record::Rst {
+            conn,
+            leg,
+            from,
+            note,
+            at: capture::now(),
+        };
+        let by_snag = |why: String| {
+            let note = Some(format!("snag: {why}"));
+            [
+                rst(CLIENT_LEG, Peer::Acceptor, note.clone()),
+                rst(UPSTREAM_LEG, Peer::Initiator, note),
+            ]
+        };
+        let resets: Vec<Record> = match &ending {
+            Ending::Fault { name } if fault_reset || name == "drain" => {
+                by_snag(name.clone()).into()
+            }
+            Ending::Reset { by: Side::Upstream } => {
+                let mut r = vec![rst(UPSTREAM_LEG, Peer::Acceptor, None)];
+                if policy == OnUpstreamError::Reset {
+                    r.push(rst(
+                        CLIENT_LEG,
+                        Peer::Acceptor,
+                        Some("snag: upstream reset, passed on".into()),
+                    ));
+                }
+                r
+            }
+            Ending::Reset { .. } => vec![
+                rst(CLIENT_LEG, Peer::Initiator, None),
+                rst(
+                    UPSTREAM_LEG,
+                    Peer::Initiator,
+                    Some("snag: client reset, passed on".into()),
+                ),
+            ],
+            _ => Vec::new(),
+        };
+        for record in resets.into_iter().chain([Record::Close { conn }]) {
+            let _ = tx.send(record).await;
+        }
+    }
     Outcome {
         ending,
         sent_up: up.1,
@@ -304,6 +371,7 @@ struct Flow<'a> {
     sent: u64,
     received: u64,
     applied: Vec<String>,
+    tap: Option<mpsc::Sender<Record>>,
 }
 
 impl<'a> Flow<'a> {
@@ -314,6 +382,7 @@ impl<'a> Flow<'a> {
         faults: Faults,
         control: &'a Control,
         id: ConnId<'a>,
+        tap: Option<mpsc::Sender<Record>>,
     ) -> Self {
         Flow {
             dir,
@@ -330,6 +399,7 @@ impl<'a> Flow<'a> {
             fin_queued: false,
             sent: 0,
             received: 0,
+            tap,
             applied: Vec::new(),
         }
     }
@@ -339,6 +409,58 @@ impl<'a> Flow<'a> {
             (Direction::Upstream, Which::Src) | (Direction::Downstream, Which::Dst) => Side::Client,
             _ => Side::Upstream,
         }
+    }
+
+    /// The (leg, sender) of bytes read from the source, and of bytes written.
+    fn legs(&self) -> ((usize, Peer), (usize, Peer)) {
+        match self.dir {
+            Direction::Upstream => (
+                (CLIENT_LEG, Peer::Initiator),
+                (UPSTREAM_LEG, Peer::Initiator),
+            ),
+            Direction::Downstream => ((UPSTREAM_LEG, Peer::Acceptor), (CLIENT_LEG, Peer::Acceptor)),
+        }
+    }
+
+    /// The record of bytes read (`Which::Src`) or written (`Which::Dst`), if capturing.
+    fn data_record(&self, which: Which, data: Bytes, note: Option<String>) -> Option<Record> {
+        self.tap.as_ref()?;
+        let (leg, from) = if matches!(which, Which::Src) {
+            self.legs().0
+        } else {
+            self.legs().1
+        };
+        Some(Record::Data {
+            conn: capture::key(self.id.proxy, self.id.conn),
+            leg,
+            from,
+            data,
+            note,
+            at: capture::now(),
+        })
+    }
+
+    /// The record of a FIN read from the source or sent to the destination.
+    fn fin_record(&self, which: Which, note: Option<String>) -> Option<Record> {
+        self.tap.as_ref()?;
+        let (leg, from) = if matches!(which, Which::Src) {
+            self.legs().0
+        } else {
+            self.legs().1
+        };
+        Some(Record::Fin {
+            conn: capture::key(self.id.proxy, self.id.conn),
+            leg,
+            from,
+            note,
+            at: capture::now(),
+        })
+    }
+
+    /// The comment for what a faulted direction writes.
+    fn note(&self) -> Option<String> {
+        let names: Vec<&str> = self.chain.applied().collect();
+        (!names.is_empty()).then(|| format!("snag: {}", names.join(", ")))
     }
 
     async fn run(&mut self) -> End {
@@ -396,11 +518,14 @@ impl<'a> Flow<'a> {
                     match read {
                         Ok(0) => {
                             self.src_done = true;
+                            tap(&self.tap, self.fin_record(Which::Src, None)).await;
                             self.chain.eof(now, &mut out);
                         }
                         Ok(n) => {
                             self.received += n as u64;
-                            self.chain.chunk(Chunk { data: buf.freeze(), due: now }, &mut out);
+                            let data = buf.freeze();
+                            tap(&self.tap, self.data_record(Which::Src, data.clone(), None)).await;
+                            self.chain.chunk(Chunk { data, due: now }, &mut out);
                         }
                         Err(_) => return End::PeerReset(self.side(Which::Src)),
                     }
@@ -469,11 +594,21 @@ impl<'a> Flow<'a> {
         match self.queue.pop_front()? {
             Step::Send(chunk) => {
                 self.queued -= chunk.data.len();
-                self.write(&chunk.data).await
+                let end = self.write(&chunk.data).await;
+                if end.is_none() {
+                    tap(
+                        &self.tap,
+                        self.data_record(Which::Dst, chunk.data, self.note()),
+                    )
+                    .await;
+                }
+                end
             }
             Step::Finish { .. } => {
                 // A FIN the destination can no longer take is no news: it closed first.
                 let _ = self.dst.shutdown().await;
+                let note = if self.src_done { None } else { self.note() };
+                tap(&self.tap, self.fin_record(Which::Dst, note)).await;
                 Some(if self.src_done { End::Eof } else { End::Closed })
             }
             Step::Reset { .. } => Some(End::Reset),
@@ -539,9 +674,14 @@ impl<'a> Flow<'a> {
                 // that would only say EAGAIN (tokio keeps a seen EOF or error set).
                 let (src, dst) = (self.src.as_ref(), &self.dst);
                 let mut step = Fast::Again;
+                let tapping = self.tap.is_some();
+                let mut copy = None;
                 let _ = src.try_io(Interest::READABLE, || {
                     BUF.with_borrow_mut(|buf| {
                         let n = nix::sys::socket::recv(src.as_raw_fd(), buf, MsgFlags::empty());
+                        if let (true, Ok(n)) = (tapping, n) {
+                            copy = Some(Bytes::copy_from_slice(&buf[..n]));
+                        }
                         step = match n {
                             Ok(0) => Fast::Eof,
                             Ok(n) => match dst.try_write(&buf[..n]) {
@@ -565,6 +705,9 @@ impl<'a> Flow<'a> {
                         }
                     })
                 });
+                if let Some(data) = copy.as_ref().filter(|d| !d.is_empty()) {
+                    tap(&self.tap, self.data_record(Which::Src, data.clone(), None)).await;
+                }
                 match step {
                     Fast::Again => {}
                     Fast::Wrote(n) => {
@@ -580,14 +723,27 @@ impl<'a> Flow<'a> {
                     }
                     Fast::Eof => {
                         self.src_done = true;
+                        tap(&self.tap, self.fin_record(Which::Src, None)).await;
                         let _ = self.dst.shutdown().await;
+                        tap(&self.tap, self.fin_record(Which::Dst, None)).await;
                         return Some(End::Eof);
                     }
                     Fast::SrcErr => return Some(End::PeerReset(self.side(Which::Src))),
                     Fast::DstErr => return Some(End::PeerReset(self.side(Which::Dst))),
                 }
+                if let Some(data) = copy.filter(|d| !d.is_empty()) {
+                    tap(&self.tap, self.data_record(Which::Dst, data, None)).await;
+                }
             }
         }
+    }
+}
+
+/// Hands `record` to the capture writer, waiting if it is behind: a capture loses no
+/// packet. Takes the sender alone so the future does not borrow the whole flow.
+async fn tap(tap: &Option<mpsc::Sender<Record>>, record: Option<Record>) {
+    if let (Some(tx), Some(record)) = (tap, record) {
+        let _ = tx.send(record).await;
     }
 }
 

@@ -1,0 +1,344 @@
+//! Captures: both legs of every relayed connection written to pcapng, built from what
+//! snag really read and wrote, annotated with the faults that touched each packet.
+//!
+//! Connections send [`Record`]s through a bounded channel to one writer thread that
+//! owns the file, so no task waits on the disk; when the writer falls behind, the
+//! relay waits for it instead of losing a packet.
+
+pub mod tcp;
+
+use std::{
+    borrow::Cow,
+    collections::HashMap,
+    fs::File,
+    io::{self, BufWriter, Write},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Mutex,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use bytes::Bytes;
+use pcap_file::{
+    DataLink,
+    pcapng::{
+        PcapNgWriter,
+        blocks::{
+            enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption},
+            interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption},
+        },
+    },
+};
+use tokio::sync::mpsc;
+
+use self::tcp::{Leg, Peer};
+
+/// Where and how much to capture.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The file; rotated ones are `NAME.1.pcapng`, `NAME.2.pcapng` …
+    pub path: PathBuf,
+    /// Start a new file once one holds this many bytes; `None`: one file.
+    pub max_bytes: Option<u64>,
+    /// Bytes kept of each packet (headers included); 0 = all.
+    pub snaplen: u32,
+}
+
+/// Which leg of a connection: client↔snag or snag↔upstream.
+pub const CLIENT_LEG: usize = 0;
+/// snag↔upstream.
+pub const UPSTREAM_LEG: usize = 1;
+
+/// What a connection tells the writer.
+#[derive(Debug)]
+pub enum Record {
+    /// Both legs opened: (initiator, acceptor) of each.
+    Open {
+        /// Connection number.
+        conn: u64,
+        /// Client leg, upstream leg.
+        legs: [(SocketAddr, SocketAddr); 2],
+        /// When.
+        at: Duration,
+    },
+    /// Bytes crossed a leg.
+    Data {
+        /// Connection number.
+        conn: u64,
+        /// Which leg.
+        leg: usize,
+        /// Which side sent them.
+        from: Peer,
+        /// Exactly what was read or written.
+        data: Bytes,
+        /// The faults that touched them, if any.
+        note: Option<String>,
+        /// When.
+        at: Duration,
+    },
+    /// A FIN on a leg.
+    Fin {
+        /// Connection number.
+        conn: u64,
+        /// Which leg.
+        leg: usize,
+        /// Which side.
+        from: Peer,
+        /// Why, if a fault.
+        note: Option<String>,
+        /// When.
+        at: Duration,
+    },
+    /// An RST on a leg.
+    Rst {
+        /// Connection number.
+        conn: u64,
+        /// Which leg.
+        leg: usize,
+        /// Which side.
+        from: Peer,
+        /// Why, if a fault.
+        note: Option<String>,
+        /// When.
+        at: Duration,
+    },
+    /// The connection is over; its legs are forgotten.
+    Close {
+        /// Connection number.
+        conn: u64,
+    },
+}
+
+/// A connection's key in a capture shared by several proxies: the proxy's name mixed
+/// into its connection number.
+pub fn key(proxy: &str, conn: u64) -> u64 {
+    use rand::RngExt;
+    crate::seed::rng(conn, &[proxy.as_bytes(), b"capture"]).random()
+}
+
+/// The wall clock as pcapng wants it.
+pub fn now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// An open capture.
+#[derive(Debug)]
+pub struct Capture {
+    tx: Mutex<Option<mpsc::Sender<Record>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<io::Result<()>>>>,
+}
+
+/// Records buffered between the relays and the writer.
+const QUEUE: usize = 4096;
+
+impl Capture {
+    /// Creates the file and starts the writer thread.
+    pub fn create(settings: Settings) -> io::Result<Capture> {
+        let mut out = Output::open(&settings, 0)?;
+        let (tx, mut rx) = mpsc::channel::<Record>(QUEUE);
+        let writer = std::thread::Builder::new()
+            .name("snag-capture".into())
+            .spawn(move || {
+                let mut legs: HashMap<(u64, usize), Leg> = HashMap::new();
+                while let Some(record) = rx.blocking_recv() {
+                    out.record(record, &mut legs, &settings)?;
+                }
+                out.finish()
+            })?;
+        Ok(Capture {
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+        })
+    }
+
+    /// A sender for one connection's records; `None` once the capture is closed.
+    pub fn sender(&self) -> Option<mpsc::Sender<Record>> {
+        self.tx
+            .lock()
+            .expect("no code panics holding the capture sender")
+            .clone()
+    }
+
+    /// Waits until every record sent so far is written, then flushes and closes the
+    /// file. Call after the proxies have stopped: their connections hold senders.
+    pub fn close(&self) -> io::Result<()> {
+        drop(
+            self.tx
+                .lock()
+                .expect("no code panics holding the capture sender")
+                .take(),
+        );
+        match self
+            .writer
+            .lock()
+            .expect("no code panics holding the writer")
+            .take()
+        {
+            Some(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("capture writer panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The file being written, and rotation.
+struct Output {
+    writer: PcapNgWriter<BufWriter<File>>,
+    written: u64,
+    index: u32,
+}
+
+fn pcap_err(e: pcap_file::PcapError) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl Output {
+    fn open(settings: &Settings, index: u32) -> io::Result<Output> {
+        let path = rotated(&settings.path, index);
+        let file = BufWriter::new(File::create(&path)?);
+        let mut writer = PcapNgWriter::new(file).map_err(pcap_err)?;
+        let interface = InterfaceDescriptionBlock {
+            linktype: DataLink::ETHERNET,
+            snaplen: settings.snaplen,
+            options: vec![
+                InterfaceDescriptionOption::IfName(Cow::Borrowed("snag")),
+                InterfaceDescriptionOption::IfDescription(Cow::Borrowed(
+                    "synthetic frames of what snag read and wrote on each leg",
+                )),
+                InterfaceDescriptionOption::IfTsResol(9),
+            ],
+        };
+        let written = writer.write_pcapng_block(interface).map_err(pcap_err)? as u64;
+        Ok(Output {
+            writer,
+            written,
+            index,
+        })
+    }
+
+    fn record(
+        &mut self,
+        record: Record,
+        legs: &mut HashMap<(u64, usize), Leg>,
+        settings: &Settings,
+    ) -> io::Result<()> {
+        match record {
+            Record::Open {
+                conn,
+                legs: pair,
+                at,
+            } => {
+                for (i, (a, b)) in pair.into_iter().enumerate() {
+                    let isn = [isn(conn, i, 0), isn(conn, i, 1)];
+                    let mut leg = Leg::new(a, b, isn);
+                    for frame in leg.handshake() {
+                        self.packet(&frame, at, None, settings)?;
+                    }
+                    legs.insert((conn, i), leg);
+                }
+            }
+            Record::Data {
+                conn,
+                leg,
+                from,
+                data,
+                note,
+                at,
+            } => {
+                if let Some(l) = legs.get_mut(&(conn, leg)) {
+                    for frame in l.data(from, &data) {
+                        self.packet(&frame, at, note.as_deref(), settings)?;
+                    }
+                }
+            }
+            Record::Fin {
+                conn,
+                leg,
+                from,
+                note,
+                at,
+            } => {
+                if let Some(l) = legs.get_mut(&(conn, leg)) {
+                    let frame = l.fin(from);
+                    self.packet(&frame, at, note.as_deref(), settings)?;
+                }
+            }
+            Record::Rst {
+                conn,
+                leg,
+                from,
+                note,
+                at,
+            } => {
+                if let Some(l) = legs.get_mut(&(conn, leg)) {
+                    let frame = l.rst(from);
+                    self.packet(&frame, at, note.as_deref(), settings)?;
+                }
+            }
+            Record::Close { conn } => {
+                legs.remove(&(conn, CLIENT_LEG));
+                legs.remove(&(conn, UPSTREAM_LEG));
+            }
+        }
+        Ok(())
+    }
+
+    fn packet(
+        &mut self,
+        frame: &[u8],
+        at: Duration,
+        note: Option<&str>,
+        settings: &Settings,
+    ) -> io::Result<()> {
+        let kept = if settings.snaplen > 0 {
+            &frame[..frame.len().min(settings.snaplen as usize)]
+        } else {
+            frame
+        };
+        let block = EnhancedPacketBlock {
+            interface_id: 0,
+            timestamp: at,
+            original_len: frame.len() as u32,
+            data: Cow::Borrowed(kept),
+            options: note
+                .map(|n| vec![EnhancedPacketOption::Comment(Cow::Borrowed(n))])
+                .unwrap_or_default(),
+        };
+        self.written += self.writer.write_pcapng_block(block).map_err(pcap_err)? as u64;
+        if settings.max_bytes.is_some_and(|max| self.written >= max) {
+            self.writer.get_mut().flush()?;
+            *self = Output::open(settings, self.index + 1)?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<()> {
+        self.writer.get_mut().flush()
+    }
+}
+
+/// `cap.pcapng`, then `cap.1.pcapng`, `cap.2.pcapng` …
+fn rotated(path: &Path, index: u32) -> PathBuf {
+    if index == 0 {
+        return path.to_path_buf();
+    }
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}.{index}{ext}"))
+}
+
+/// A fixed initial sequence number per connection, leg and side: captures of the same
+/// run compare byte for byte.
+fn isn(conn: u64, leg: usize, side: u64) -> u32 {
+    let mut rng = crate::seed::rng(conn, &[&(leg as u64).to_le_bytes(), &side.to_le_bytes()]);
+    rand::RngExt::random(&mut rng)
+}

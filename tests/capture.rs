@@ -1,0 +1,290 @@
+//! Captures read back two ways: by pcap-file here, reassembling every leg to the bytes
+//! relayed, and by Debian's tshark, an observer that is not snag at all.
+
+mod common;
+
+use std::{collections::HashMap, net::SocketAddr, path::Path, sync::Arc};
+
+use common::{echo_server, pattern, within};
+use pcap_file::pcapng::{Block, PcapNgReader};
+use snag::{
+    capture::{Capture, Settings},
+    proxy::{self, Options, Proxy},
+    shutdown::Shutdown,
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+/// One TCP segment out of a captured frame.
+struct Segment {
+    src: SocketAddr,
+    dst: SocketAddr,
+    seq: u32,
+    flags: u8,
+    payload: Vec<u8>,
+    comment: Option<String>,
+}
+
+fn segments(path: &Path) -> Vec<Segment> {
+    let mut reader = PcapNgReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    while let Some(block) = reader.next_block() {
+        let Block::EnhancedPacket(p) = block.unwrap() else {
+            continue;
+        };
+        let f = &p.data;
+        assert_eq!(&f[12..14], &[0x08, 0x00], "IPv4 on loopback");
+        let ip = &f[14..];
+        let ihl = usize::from(ip[0] & 0x0f) * 4;
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        let addr = |b: &[u8], port: &[u8]| {
+            SocketAddr::from((
+                [b[0], b[1], b[2], b[3]],
+                u16::from_be_bytes([port[0], port[1]]),
+            ))
+        };
+        let tcp = &ip[ihl..total.min(ip.len())]; // a snap length may cut the frame
+        let offset = usize::from(tcp[12] >> 4) * 4;
+        let comment = p.options.iter().find_map(|o| match o {
+            pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption::Comment(c) => {
+                Some(c.to_string())
+            }
+            _ => None,
+        });
+        out.push(Segment {
+            src: addr(&ip[12..16], &tcp[0..2]),
+            dst: addr(&ip[16..20], &tcp[2..4]),
+            seq: u32::from_be_bytes(tcp[4..8].try_into().unwrap()),
+            flags: tcp[13],
+            payload: tcp[offset..].to_vec(),
+            comment,
+        });
+    }
+    out
+}
+
+/// The bytes of each one-way flow, in sequence order, checking there is no gap.
+fn streams(segments: &[Segment]) -> HashMap<(SocketAddr, SocketAddr), Vec<u8>> {
+    let mut next: HashMap<(SocketAddr, SocketAddr), u32> = HashMap::new();
+    let mut out: HashMap<(SocketAddr, SocketAddr), Vec<u8>> = HashMap::new();
+    for s in segments {
+        let key = (s.src, s.dst);
+        if s.flags & 0x02 != 0 {
+            next.insert(key, s.seq.wrapping_add(1)); // SYN
+            out.entry(key).or_default();
+            continue;
+        }
+        if s.payload.is_empty() {
+            continue;
+        }
+        let want = next.get_mut(&key).expect("data after a SYN");
+        assert_eq!(s.seq, *want, "a gap or overlap in {key:?}");
+        *want = want.wrapping_add(s.payload.len() as u32);
+        out.entry(key).or_default().extend_from_slice(&s.payload);
+    }
+    out
+}
+
+#[tokio::test]
+async fn both_legs_reassemble_to_the_bytes_relayed_and_resets_are_annotated() {
+    within(30, async {
+        let dir = std::env::temp_dir().join(format!("snag-test-{}-capture", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.pcapng");
+        let capture = Arc::new(
+            Capture::create(Settings {
+                path: path.clone(),
+                max_bytes: None,
+                snaplen: 0,
+            })
+            .unwrap(),
+        );
+        let options = Options {
+            capture: Some(capture.clone()),
+            ..Options::default()
+        };
+        let upstream = echo_server().await;
+        let proxy = Proxy::new("cap".into(), upstream.to_string(), 1, options, Vec::new()).unwrap();
+        let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Shutdown::new();
+        let task = tokio::spawn(proxy::serve(listener, proxy.clone(), stop.clone()));
+
+        // One clean connection: 300 KB each way, half-closed by the client.
+        let data = pattern(300_000, 9);
+        let client = TcpStream::connect(addr).await.unwrap();
+        let client_addr = client.local_addr().unwrap();
+        let (mut r, mut w) = client.into_split();
+        let sent = data.clone();
+        let writer = tokio::spawn(async move {
+            w.write_all(&sent).await.unwrap();
+            w.shutdown().await.unwrap();
+        });
+        let mut echoed = Vec::new();
+        r.read_to_end(&mut echoed).await.unwrap();
+        writer.await.unwrap();
+        assert!(echoed == data);
+
+        // One reset by a fault, after latency: both faults annotate what they touched.
+        proxy
+            .add_fault("latency:latency=20".parse().unwrap())
+            .unwrap();
+        proxy
+            .add_fault("reset_peer:timeout=100".parse().unwrap())
+            .unwrap();
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"doomed").await.unwrap();
+        assert!(c.read(&mut [0; 16]).await.is_err());
+
+        stop.trigger();
+        task.await.unwrap().unwrap();
+        capture.close().unwrap();
+
+        let segs = segments(&path);
+        let flows = streams(&segs);
+        assert_eq!(flows[&(client_addr, addr)], data, "client → snag");
+        assert_eq!(flows[&(addr, client_addr)], data, "snag → client");
+        let upstream_leg: Vec<_> = flows
+            .keys()
+            .filter(|(s, d)| *d == upstream && s.port() != 0)
+            .collect();
+        assert_eq!(upstream_leg.len(), 2, "{:?}", flows.keys());
+        for key in upstream_leg {
+            let back = (key.1, key.0);
+            if flows[key].len() == data.len() {
+                assert_eq!(flows[key], data, "snag → upstream");
+                assert_eq!(flows[&back], data, "upstream → snag");
+            }
+        }
+        let resets: Vec<&Segment> = segs.iter().filter(|s| s.flags & 0x04 != 0).collect();
+        assert_eq!(resets.len(), 2, "an RST on each leg");
+        assert!(resets.iter().all(|s| {
+            s.comment
+                .as_deref()
+                .is_some_and(|c| c.contains("reset_peer"))
+        }));
+        assert!(
+            segs.iter()
+                .any(|s| s.comment.as_deref().is_some_and(|c| c.contains("latency")))
+        );
+
+        // tshark reads it without a complaint, sees four conversations (two legs of two
+        // connections), the comments, and the same bytes when it follows the stream.
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("tshark")
+                .arg("-r")
+                .arg(&path)
+                .args(args)
+                .output()
+                .expect("tshark is installed (scripts/install-deps.sh)");
+            let stderr = String::from_utf8_lossy(&out.stderr).replace(
+                "Running as user \"root\" and group \"root\". This could be dangerous.",
+                "",
+            );
+            assert!(
+                out.status.success() && stderr.trim().is_empty(),
+                "tshark {args:?}: {stderr}"
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let conv = run(&["-q", "-z", "conv,tcp"]);
+        assert_eq!(
+            conv.lines().filter(|l| l.contains("<->")).count(),
+            4,
+            "{conv}"
+        );
+        let comments = run(&["-Y", "frame.comment", "-T", "fields", "-e", "frame.comment"]);
+        assert!(
+            comments.contains("reset_peer_downstream") && comments.contains("latency_downstream"),
+            "{comments}"
+        );
+        let follow = run(&["-q", "-z", &format!("follow,tcp,raw,{client_addr},{addr}")]);
+        let mut from_client = Vec::new();
+        for line in follow
+            .lines()
+            .skip_while(|l| !l.starts_with("Node 1:"))
+            .skip(1)
+        {
+            if line.starts_with('=') {
+                break;
+            }
+            if !line.starts_with('\t') {
+                from_client.extend(
+                    (0..line.len() / 2)
+                        .map(|i| u8::from_str_radix(&line[2 * i..2 * i + 2], 16).unwrap()),
+                );
+            }
+        }
+        assert!(
+            from_client == data,
+            "tshark's reassembly of client → snag differs ({} bytes)",
+            from_client.len()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_bounded_capture_rotates_into_numbered_files_that_each_read_back() {
+    within(20, async {
+        let dir = std::env::temp_dir().join(format!("snag-test-{}-rotate", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("small.pcapng");
+        let settings = Settings {
+            path: path.clone(),
+            max_bytes: Some(4_000),
+            snaplen: 128,
+        };
+        let capture = Arc::new(Capture::create(settings).unwrap());
+        let options = Options {
+            capture: Some(capture.clone()),
+            ..Options::default()
+        };
+        let proxy = Proxy::new(
+            "rot".into(),
+            echo_server().await.to_string(),
+            1,
+            options,
+            Vec::new(),
+        )
+        .unwrap();
+        let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Shutdown::new();
+        let task = tokio::spawn(proxy::serve(listener, proxy, stop.clone()));
+        for _ in 0..5 {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(&[1; 2_000]).await.unwrap();
+            c.read_exact(&mut [0; 2_000]).await.unwrap();
+        }
+        stop.trigger();
+        task.await.unwrap().unwrap();
+        capture.close().unwrap();
+        let files: Vec<_> = (0..)
+            .map(|i| {
+                if i == 0 {
+                    path.clone()
+                } else {
+                    dir.join(format!("small.{i}.pcapng"))
+                }
+            })
+            .take_while(|p| p.exists())
+            .collect();
+        assert!(files.len() >= 2, "{files:?}");
+        for file in &files {
+            let frames = segments(file).len();
+            assert!(frames > 0, "{}", file.display());
+            let mut reader = PcapNgReader::new(std::fs::File::open(file).unwrap()).unwrap();
+            while let Some(block) = reader.next_block() {
+                if let Block::EnhancedPacket(p) = block.unwrap() {
+                    assert!(p.data.len() <= 128, "snaplen kept {} bytes", p.data.len());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
