@@ -76,6 +76,20 @@ pub enum Record {
         /// When.
         at: Duration,
     },
+    /// Bytes read on one leg and written, unchanged, on the other: the fast path's
+    /// record, one message for both packets.
+    Pass {
+        /// Connection number.
+        conn: u64,
+        /// Where they were read, and from which side.
+        read: (usize, Peer),
+        /// Where they were written, and by which side.
+        written: (usize, Peer),
+        /// The bytes.
+        data: Bytes,
+        /// When.
+        at: Duration,
+    },
     /// A FIN on a leg.
     Fin {
         /// Connection number.
@@ -130,8 +144,8 @@ pub struct Capture {
     writer: Mutex<Option<std::thread::JoinHandle<io::Result<()>>>>,
 }
 
-/// Records buffered between the relays and the writer.
-const QUEUE: usize = 4096;
+/// Records buffered between the relays and the writer: some milliseconds of traffic.
+const QUEUE: usize = 16_384;
 
 impl Capture {
     /// Creates the file and starts the writer thread.
@@ -251,6 +265,21 @@ impl Output {
                 if let Some(l) = legs.get_mut(&(conn, leg)) {
                     for frame in l.data(from, &data) {
                         self.packet(&frame, at, note.as_deref(), settings)?;
+                    }
+                }
+            }
+            Record::Pass {
+                conn,
+                read,
+                written,
+                data,
+                at,
+            } => {
+                for (leg, from) in [read, written] {
+                    if let Some(l) = legs.get_mut(&(conn, leg)) {
+                        for frame in l.data(from, &data) {
+                            self.packet(&frame, at, None, settings)?;
+                        }
                     }
                 }
             }

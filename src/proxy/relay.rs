@@ -372,6 +372,8 @@ struct Flow<'a> {
     received: u64,
     applied: Vec<String>,
     tap: Option<mpsc::Sender<Record>>,
+    /// The connection's key in the capture, computed once.
+    capture_key: u64,
 }
 
 impl<'a> Flow<'a> {
@@ -399,6 +401,11 @@ impl<'a> Flow<'a> {
             fin_queued: false,
             sent: 0,
             received: 0,
+            capture_key: if tap.is_some() {
+                capture::key(id.proxy, id.conn)
+            } else {
+                0
+            },
             tap,
             applied: Vec::new(),
         }
@@ -431,7 +438,7 @@ impl<'a> Flow<'a> {
             self.legs().1
         };
         Some(Record::Data {
-            conn: capture::key(self.id.proxy, self.id.conn),
+            conn: self.capture_key,
             leg,
             from,
             data,
@@ -449,7 +456,7 @@ impl<'a> Flow<'a> {
             self.legs().1
         };
         Some(Record::Fin {
-            conn: capture::key(self.id.proxy, self.id.conn),
+            conn: self.capture_key,
             leg,
             from,
             note,
@@ -476,26 +483,37 @@ impl<'a> Flow<'a> {
         if let Some(end) = self.sync(false) {
             return end;
         }
-        let control = self.control;
         loop {
-            if self.chain.is_empty() && self.queue.is_empty() && !self.src_done {
-                if let Some(end) = self.fast().await {
-                    return end;
-                }
-                if let Some(end) = self.sync(true) {
-                    return end;
-                }
-                continue;
+            let end = if self.chain.is_empty() && self.queue.is_empty() && !self.src_done {
+                self.fast().await
+            } else {
+                // Boxed: its timers and queues would otherwise sit in every idle
+                // connection's future; it is allocated only while faults are on.
+                Box::pin(self.staged()).await
+            };
+            if let Some(end) = end {
+                return end;
             }
+            if let Some(end) = self.sync(true) {
+                return end;
+            }
+        }
+    }
+
+    /// The faulted path: one chunk, due time or fault change at a time, until the
+    /// direction ends (`Some`) or has nothing staged any more (`None`).
+    async fn staged(&mut self) -> Option<End> {
+        let control = self.control;
+        while !(self.chain.is_empty() && self.queue.is_empty() && !self.src_done) {
             // Registered before the checks, so a wake-up between them is not lost.
             let mut woken = pin!(control.notify.notified());
             woken.as_mut().enable();
             if let Some(end) = control.stopped() {
-                return end;
+                return Some(end);
             }
             if self.faults.has_changed().unwrap_or(true) {
                 if let Some(end) = self.sync(true) {
-                    return end;
+                    return Some(end);
                 }
                 continue;
             }
@@ -507,10 +525,10 @@ impl<'a> Flow<'a> {
             tokio::select! {
                 biased;
                 _ = woken => {}
-                _ = sleep_until(timer(self.reset_at.unwrap_or(now))), if self.reset_at.is_some() => return End::Reset,
+                _ = sleep_until(timer(self.reset_at.unwrap_or(now))), if self.reset_at.is_some() => return Some(End::Reset),
                 _ = sleep_until(timer(head_due.unwrap_or(now))), if head_due.is_some() => {
                     if let Some(end) = self.send_head().await {
-                        return end;
+                        return Some(end);
                     }
                 }
                 read = async { buf.reserve(READ_SIZE); self.src.read_buf(&mut buf).await }, if can_read => {
@@ -527,12 +545,13 @@ impl<'a> Flow<'a> {
                             tap(&self.tap, self.data_record(Which::Src, data.clone(), None)).await;
                             self.chain.chunk(Chunk { data, due: now }, &mut out);
                         }
-                        Err(_) => return End::PeerReset(self.side(Which::Src)),
+                        Err(_) => return Some(End::PeerReset(self.side(Which::Src))),
                     }
                     self.enqueue(out);
                 }
             }
         }
+        None
     }
 
     /// Brings the chain in line with the proxy's faults. `release`: a change of faults
@@ -705,9 +724,6 @@ impl<'a> Flow<'a> {
                         }
                     })
                 });
-                if let Some(data) = copy.as_ref().filter(|d| !d.is_empty()) {
-                    tap(&self.tap, self.data_record(Which::Src, data.clone(), None)).await;
-                }
                 match step {
                     Fast::Again => {}
                     Fast::Wrote(n) => {
@@ -717,7 +733,8 @@ impl<'a> Flow<'a> {
                     Fast::Rest(written, rest) => {
                         self.received += (written + rest.len()) as u64;
                         self.sent += written as u64;
-                        if let Some(end) = self.write(&rest).await {
+                        // Boxed: rare (the destination was full), and large.
+                        if let Some(end) = Box::pin(self.write(&rest)).await {
                             return Some(end);
                         }
                     }
@@ -732,7 +749,15 @@ impl<'a> Flow<'a> {
                     Fast::DstErr => return Some(End::PeerReset(self.side(Which::Dst))),
                 }
                 if let Some(data) = copy.filter(|d| !d.is_empty()) {
-                    tap(&self.tap, self.data_record(Which::Dst, data, None)).await;
+                    let (read, written) = self.legs();
+                    let record = Record::Pass {
+                        conn: self.capture_key,
+                        read,
+                        written,
+                        data,
+                        at: capture::now(),
+                    };
+                    tap(&self.tap, Some(record)).await;
                 }
             }
         }
@@ -742,8 +767,11 @@ impl<'a> Flow<'a> {
 /// Hands `record` to the capture writer, waiting if it is behind: a capture loses no
 /// packet. Takes the sender alone so the future does not borrow the whole flow.
 async fn tap(tap: &Option<mpsc::Sender<Record>>, record: Option<Record>) {
-    if let (Some(tx), Some(record)) = (tap, record) {
-        let _ = tx.send(record).await;
+    if let (Some(tx), Some(record)) = (tap, record)
+        && let Err(mpsc::error::TrySendError::Full(record)) = tx.try_send(record)
+    {
+        // Boxed: only a full queue waits, and the wait is large to keep in every future.
+        let _ = Box::pin(tx.send(record)).await;
     }
 }
 
