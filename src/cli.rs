@@ -132,6 +132,15 @@ pub struct ServeArgs {
     /// lines with timestamps.
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
+    /// Capture both legs of every connection of the TCP-mode proxies to this pcapng file.
+    #[arg(long, value_name = "FILE")]
+    pub capture: Option<PathBuf>,
+    /// Start a new capture file once one holds this many bytes.
+    #[arg(long, value_name = "BYTES", requires = "capture")]
+    pub capture_max_bytes: Option<u64>,
+    /// Bytes kept of each captured packet, headers included; 0 keeps all.
+    #[arg(long, value_name = "BYTES", default_value_t = 0, requires = "capture")]
+    pub snaplen: u32,
     /// Serve bytes received and sent per proxy and direction on /metrics.
     #[arg(long)]
     pub proxy_metrics: bool,

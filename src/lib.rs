@@ -107,6 +107,13 @@ fn print_ports(r: &ports::Report) {
     println!();
 }
 
+fn open_capture(settings: capture::Settings) -> anyhow::Result<Arc<capture::Capture>> {
+    let path = settings.path.clone();
+    let capture = capture::Capture::create(settings)
+        .with_context(|| format!("could not create {}", path.display()))?;
+    Ok(Arc::new(capture))
+}
+
 /// A command line whose values are each fine but do not go together.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -154,10 +161,21 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let file_capture = match &scenario {
+        Some(Ok(s)) => s.capture.clone(),
+        _ => None,
+    };
+    let cli_capture = args.capture.clone().map(|path| capture::Settings {
+        path,
+        max_bytes: args.capture_max_bytes,
+        snaplen: args.snaplen,
+    });
+    let capture = cli_capture.or(file_capture).map(open_capture).transpose()?;
     let options = Options {
         on_upstream_error: args.on_upstream_error,
         connect_timeout: args.connect_timeout,
         events: events.clone(),
+        capture: capture.clone(),
         ..Options::default()
     };
     let listener = proxy::socket::bind(args.listen)
@@ -178,6 +196,9 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         api::VERSION
     );
     api::serve(listener, api, shutdown).await?;
+    if let Some(capture) = capture {
+        capture.close().context("could not finish the capture")?;
+    }
     if let Some(log) = events {
         log.close().context("could not write the event log")?;
     }
@@ -195,6 +216,7 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         Some(path) => fault::file::load(path)?,
         None => Scenario {
             seed: None,
+            capture: None,
             proxies: vec![ProxySpec {
                 name: args.name.clone(),
                 listen: args.listen.context("--listen is required without --file")?,
@@ -224,24 +246,19 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         ),
         None => None,
     };
-    let capture = match &args.capture {
-        Some(path) => {
-            if scenario.proxies.iter().any(|p| p.mode == fault::Mode::Http) {
-                return Err(UsageError(
-                    "--capture: HTTP-mode proxies are not captured yet; capture TCP-mode ones"
-                        .into(),
-                )
-                .into());
-            }
-            let settings = capture::Settings {
-                path: path.clone(),
-                max_bytes: args.capture_max_bytes,
-                snaplen: args.snaplen,
-            };
-            let capture = capture::Capture::create(settings)
-                .with_context(|| format!("could not create {}", path.display()))?;
-            Some(Arc::new(capture))
+    let cli_capture = args.capture.clone().map(|path| capture::Settings {
+        path,
+        max_bytes: args.capture_max_bytes,
+        snaplen: args.snaplen,
+    });
+    let capture = match cli_capture.or(scenario.capture.clone()) {
+        Some(_) if scenario.proxies.iter().any(|p| p.mode == fault::Mode::Http) => {
+            return Err(UsageError(
+                "capture: HTTP-mode proxies are not captured yet; capture TCP-mode ones".into(),
+            )
+            .into());
         }
+        Some(settings) => Some(open_capture(settings)?),
         None => None,
     };
     let options = Options {

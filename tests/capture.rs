@@ -288,3 +288,77 @@ async fn a_bounded_capture_rotates_into_numbered_files_that_each_read_back() {
     })
     .await;
 }
+
+/// Starts `snag ARGS`, waits for its line containing `marker`, returns the child and
+/// that line.
+fn start(args: &[&str], marker: &str) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_snag"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let line = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains(marker))
+        .expect("the marker line");
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, line)
+}
+
+fn interrupt(mut child: std::process::Child) {
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(child.wait().unwrap().success());
+}
+
+#[tokio::test]
+async fn a_fault_file_and_the_api_server_take_a_capture_too() {
+    within(30, async {
+        let dir = std::env::temp_dir().join(format!("snag-test-{}-capture-config", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let echo = echo_server().await;
+        let from_file = dir.join("file.pcapng");
+        let config = dir.join("f.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[capture]\npath = \"{}\"\n\n[[proxy]]\nname = \"a\"\nlisten = \"127.0.0.1:0\"\nupstream = \"{echo}\"\n",
+                from_file.display()
+            ),
+        )
+        .unwrap();
+        let (child, row) = tokio::task::spawn_blocking(move || start(&["proxy", "--seed", "1", "--file", config.to_str().unwrap()], "127.0.0.1")).await.unwrap();
+        let addr: SocketAddr = row.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"via the file").await.unwrap();
+        c.read_exact(&mut [0; 12]).await.unwrap();
+        drop(c);
+        tokio::task::spawn_blocking(move || interrupt(child)).await.unwrap();
+        let flows = streams(&segments(&from_file));
+        assert!(flows.values().any(|b| b == b"via the file"), "{:?}", flows.keys());
+
+        let from_api = dir.join("api.pcapng");
+        let cap = from_api.to_str().unwrap().to_string();
+        let (child, line) = tokio::task::spawn_blocking(move || start(&["serve", "--listen", "127.0.0.1:0", "--seed", "1", "--capture", &cap], "control API on")).await.unwrap();
+        let api: SocketAddr = line.split("http://").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+        let body = format!(r#"{{"name":"b","listen":"127.0.0.1:0","upstream":"{echo}"}}"#);
+        let created = common::http(api, "POST", "/proxies", &body, &[]).await;
+        let listen: SocketAddr = serde_json::from_str::<serde_json::Value>(&created.body).unwrap()["listen"].as_str().unwrap().parse().unwrap();
+        let mut c = TcpStream::connect(listen).await.unwrap();
+        c.write_all(b"via the api").await.unwrap();
+        c.read_exact(&mut [0; 11]).await.unwrap();
+        drop(c);
+        tokio::task::spawn_blocking(move || interrupt(child)).await.unwrap();
+        let flows = streams(&segments(&from_api));
+        assert!(flows.values().any(|b| b == b"via the api"), "{:?}", flows.keys());
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}

@@ -44,6 +44,8 @@ pub struct Scenario {
     pub seed: Option<u64>,
     /// One interposer each.
     pub proxies: Vec<ProxySpec>,
+    /// A capture of every proxy's connections, if the file asks for one.
+    pub capture: Option<crate::capture::Settings>,
 }
 
 /// One proxy of a fault file.
@@ -97,8 +99,18 @@ pub enum Action {
 #[serde(deny_unknown_fields)]
 struct FileDef {
     seed: Option<u64>,
+    capture: Option<CaptureDef>,
     #[serde(default)]
     proxy: Vec<Spanned<ProxyDef>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaptureDef {
+    path: String,
+    max_bytes: Option<u64>,
+    #[serde(default)]
+    snaplen: u32,
 }
 
 #[derive(Deserialize)]
@@ -305,9 +317,15 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
             instance: proxy.instance,
         });
     }
+    let capture = def.capture.map(|c| crate::capture::Settings {
+        path: c.path.into(),
+        max_bytes: c.max_bytes,
+        snaplen: c.snaplen,
+    });
     Ok(Scenario {
         seed: def.seed,
         proxies,
+        capture,
     })
 }
 
