@@ -135,6 +135,15 @@ idle_cost() { # pid port -> KiB per connection
 }
 printf 'idle connections…' >&2
 snag_idle=$(idle_cost "$snag_pid" "$snag_port")
+# A port scan while many sockets are open: 4 per idle connection relayed by snag.
+coproc IDLE { python3 "$work/idle.py" "$snag_port" "$idle"; }
+read -r _ <&"${IDLE[0]}"
+scan_start=$(date +%s%N)
+"$snag" ports --json > "$work/ports.json"
+scan_ms=$(( ($(date +%s%N) - scan_start) / 1000000 ))
+scan_sockets=$(python3 -c "import json,sys; print(sum(json.load(open(sys.argv[1]))['states'].values()))" "$work/ports.json")
+echo done >&"${IDLE[1]}"
+wait "$IDLE_PID" || true
 hap_idle=$(idle_cost "$haproxy_pid" "$haproxy_port")
 
 declare -A port=([direct]=$nginx_port [snag]=$snag_port [haproxy]=$haproxy_port [capture]=$cap_port)
@@ -222,4 +231,5 @@ cap_rps=$(printf '%s\n' "${cap[@]}" | median)
 plain_rps=$(printf '%s\n' "${plain[@]}" | median)
 awk -v c="$cap_rps" -v p="$plain_rps" 'BEGIN { printf "capture: %.0f req/s with --capture against %.0f without, at 32 conn: %.2f× (target ≥ 0.85×)\n", c, p, c / p }'
 
+echo "port scan: snag ports read $scan_sockets sockets in $scan_ms ms, process start included (target: 30,000 in under 100 ms)"
 echo "idle connections ($idle, each relayed one request first): snag ${snag_idle} KiB each, haproxy ${hap_idle} KiB each (target: snag ≤ 16 KiB)"

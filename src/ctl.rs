@@ -32,9 +32,11 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         } => {
             let body = json!({ "name": name, "listen": listen, "upstream": upstream, "enabled": !disabled });
             let proxy = client.call(Method::POST, "/proxies", Some(body)).await?;
-            println!(
+            say!(
                 "created {} listening on {} → {}",
-                proxy["name"], proxy["listen"], proxy["upstream"]
+                proxy["name"],
+                proxy["listen"],
+                proxy["upstream"]
             );
         }
         CtlCommand::Toggle { name } => {
@@ -44,7 +46,7 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
             client
                 .call(Method::POST, &path, Some(json!({ "enabled": enabled })))
                 .await?;
-            println!("{name} {}", if enabled { "enabled" } else { "disabled" });
+            say!("{name} {}", if enabled { "enabled" } else { "disabled" });
         }
         CtlCommand::Add { name, fault } => {
             let body = json!({
@@ -57,9 +59,12 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
             let toxic = client
                 .call(Method::POST, &format!("/proxies/{name}/toxics"), Some(body))
                 .await?;
-            println!(
+            say!(
                 "added {} to {name}: {} {} {}",
-                toxic["name"], toxic["type"], toxic["stream"], toxic["attributes"]
+                toxic["name"],
+                toxic["type"],
+                toxic["stream"],
+                toxic["attributes"]
             );
         }
         CtlCommand::Remove { name, fault } => {
@@ -70,17 +75,17 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
                     None,
                 )
                 .await?;
-            println!("removed {fault} from {name}");
+            say!("removed {fault} from {name}");
         }
         CtlCommand::Delete { name } => {
             client
                 .call(Method::DELETE, &format!("/proxies/{name}"), None)
                 .await?;
-            println!("deleted {name}");
+            say!("deleted {name}");
         }
         CtlCommand::Reset => {
             client.call(Method::POST, "/reset", None).await?;
-            println!("every proxy enabled, every fault removed");
+            say!("every proxy enabled, every fault removed");
         }
     }
     Ok(())
@@ -194,11 +199,11 @@ fn print_table(proxies: &Value) {
             w3 = widths[3]
         )
     };
-    println!("{}", line(head));
+    say!("{}", line(head));
     for r in &rows {
-        println!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        say!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
     }
     if rows.is_empty() {
-        println!("(no proxies)");
+        say!("(no proxies)");
     }
 }

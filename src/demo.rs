@@ -63,12 +63,12 @@ pub async fn run(args: DemoArgs, shutdown: Shutdown) -> anyhow::Result<()> {
 
     let running = crate::start(&scenario, seed, &Options::default(), &stop)?;
     let target = running[0].addr;
-    println!(
+    say!(
         "snag demo: echo backend {} ← proxy {target} ({}), seed {seed}",
         scenario.proxies[0].upstream,
         args.file.display()
     );
-    println!(
+    say!(
         "a fresh connection every {:?} sends {PAYLOAD} B and waits for it back\n",
         args.every
     );
@@ -95,7 +95,7 @@ pub async fn run(args: DemoArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     // complete that long after the second ends; rows come once a second, that late.
     let settle = CONNECT_TIMEOUT + READ_TIMEOUT;
     let mut second: u64 = 1;
-    println!(
+    say!(
         "one row a second, printed {:.1} s after its second, when all its probes are back:",
         settle.as_secs_f64()
     );
@@ -117,7 +117,7 @@ pub async fn run(args: DemoArgs, shutdown: Shutdown) -> anyhow::Result<()> {
                     .rposition(|b| *b <= from)
                     .unwrap_or(0)
                     .min(labels.len() - 1);
-                println!("{}  {}", line(&format!("{second} s"), &row), labels[phase]);
+                say!("{}  {}", line(&format!("{second} s"), &row), labels[phase]);
                 second += 1;
             }
         }
@@ -125,7 +125,7 @@ pub async fn run(args: DemoArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     prober.await.context("prober failed")?;
     stop.trigger();
 
-    println!("\nby phase (each probe counted in the phase it started in):");
+    say!("\nby phase (each probe counted in the phase it started in):");
     header("phase");
     for (i, label) in labels.iter().enumerate() {
         let row = in_window(&seen, bounds[i], bounds[i + 1]);
@@ -134,7 +134,7 @@ pub async fn run(args: DemoArgs, shutdown: Shutdown) -> anyhow::Result<()> {
             bounds[i].as_secs_f64(),
             bounds[i + 1].as_secs_f64()
         );
-        println!("{}  {label}", line(&span, &row));
+        say!("{}  {label}", line(&span, &row));
     }
     Ok(())
 }
@@ -142,9 +142,15 @@ pub async fn run(args: DemoArgs, shutdown: Shutdown) -> anyhow::Result<()> {
 const LABEL: usize = 11;
 
 fn header(first: &str) {
-    println!(
+    say!(
         "{first:>LABEL$}  {:>6}  {:>5}  {:>8}  {:>7}  {:>7}  {:>6}  {:>5}  faults on",
-        "probes", "ok", "p50 rtt", "refused", "timeout", "reset", "short"
+        "probes",
+        "ok",
+        "p50 rtt",
+        "refused",
+        "timeout",
+        "reset",
+        "short"
     );
 }
 

@@ -14,6 +14,15 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+/// `println!` that never panics: output to a closed pipe (`snag ports | head`) is
+/// dropped instead of aborting the run.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 pub mod api;
 pub mod capture;
 pub mod cli;
@@ -55,7 +64,7 @@ async fn ports_report(args: cli::PortsArgs, shutdown: Shutdown) -> anyhow::Resul
     loop {
         let report = ports::report(&ports::sockets()?, ports::Limits::read()?, args.dest);
         if args.json {
-            println!(
+            say!(
                 "{}",
                 serde_json::to_string(&report).expect("reports serialise")
             );
@@ -74,7 +83,7 @@ async fn ports_report(args: cli::PortsArgs, shutdown: Shutdown) -> anyhow::Resul
 
 fn print_ports(r: &ports::Report) {
     let states: Vec<String> = r.states.iter().map(|(s, n)| format!("{s} {n}")).collect();
-    println!(
+    say!(
         "sockets by state: {}",
         if states.is_empty() {
             "none".into()
@@ -83,16 +92,24 @@ fn print_ports(r: &ports::Report) {
         }
     );
     let l = r.limits;
-    println!(
+    say!(
         "ephemeral ports {}–{}: {} per destination (a port in use towards one destination is free towards another); tcp_tw_reuse {}, tcp_fin_timeout {} s",
-        l.ephemeral.0, l.ephemeral.1, r.pool, l.tw_reuse, l.fin_timeout
+        l.ephemeral.0,
+        l.ephemeral.1,
+        r.pool,
+        l.tw_reuse,
+        l.fin_timeout
     );
-    println!(
+    say!(
         "{:<46}  {:>7}  {:>9}  {:>8}  {:>6}",
-        "destination", "in use", "TIME_WAIT", "headroom", "used"
+        "destination",
+        "in use",
+        "TIME_WAIT",
+        "headroom",
+        "used"
     );
     for d in r.destinations.iter().take(20) {
-        println!(
+        say!(
             "{:<46}  {:>7}  {:>9}  {:>8}  {:>5.1} %",
             d.dest.to_string(),
             d.ports_in_use,
@@ -102,9 +119,9 @@ fn print_ports(r: &ports::Report) {
         );
     }
     if r.destinations.len() > 20 {
-        println!("… and {} more destinations", r.destinations.len() - 20);
+        say!("… and {} more destinations", r.destinations.len() - 20);
     }
-    println!();
+    say!();
 }
 
 fn open_capture(settings: capture::Settings) -> anyhow::Result<Arc<capture::Capture>> {
@@ -151,7 +168,7 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     };
     let seed = args.seed.or(file_seed).unwrap_or_else(|| {
         let seed = seed::fresh();
-        println!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
+        say!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
         seed
     });
     let events = match &args.events {
@@ -190,7 +207,7 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         Some(Ok(scenario)) => api.load(&scenario, &shutdown).await.context("config")?,
         None => {}
     }
-    println!(
+    say!(
         "control API on http://{} (Toxiproxy v2 compatible, version {})",
         listener.local_addr()?,
         api::VERSION
@@ -236,7 +253,7 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
     };
     let seed = args.seed.or(scenario.seed).unwrap_or_else(|| {
         let seed = seed::fresh();
-        println!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
+        say!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
         seed
     });
     let events = match &args.events {
@@ -285,13 +302,15 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         .max()
         .unwrap_or(0)
         .max(5);
-    println!(
+    say!(
         "{:width$}  {:21}  {:21}  faults",
-        "proxy", "listen", "upstream"
+        "proxy",
+        "listen",
+        "upstream"
     );
     for r in &running {
         let faults: Vec<String> = r.proxy.faults().iter().map(|f| f.name.clone()).collect();
-        println!(
+        say!(
             "{:width$}  {:21}  {:21}  {}",
             r.proxy.name,
             r.addr.to_string(),
@@ -301,7 +320,7 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
     }
     for r in running.iter().filter(|r| r.probe_addr.is_some()) {
         let at = r.probe_addr.map(|a| a.to_string()).unwrap_or_default();
-        println!("{}: health probes on {at}", r.proxy.name);
+        say!("{}: health probes on {at}", r.proxy.name);
     }
     let mut stats = std::collections::BTreeMap::new();
     for r in running {

@@ -4,7 +4,9 @@
 //!
 //! Linux picks a local port per (local address, destination): a port in TIME_WAIT
 //! towards one destination can still be used towards another, so the pool is per
-//! destination. Sockets are read from `/proc/net/tcp` and `/proc/net/tcp6`.
+//! destination. Sockets are read through netlink (`NETLINK_SOCK_DIAG`, the interface
+//! `ss` uses: one dump per address family, fast at tens of thousands of sockets), or,
+//! where netlink is refused, from `/proc/net/tcp` and `/proc/net/tcp6`.
 
 use std::{
     collections::BTreeMap,
@@ -63,8 +65,20 @@ const STATES: [&str; 12] = [
     "CLOSING",
 ];
 
-/// Every TCP socket of this network namespace, IPv4 and IPv6.
+/// Every TCP socket of this network namespace, IPv4 and IPv6: through netlink, or
+/// /proc when netlink is not available.
 pub fn sockets() -> Result<Vec<Socket>, Error> {
+    match netlink::sockets() {
+        Ok(sockets) => Ok(sockets),
+        Err(err) => {
+            tracing::debug!(%err, "sock_diag unavailable; reading /proc/net/tcp");
+            proc_sockets()
+        }
+    }
+}
+
+/// Every TCP socket, from /proc/net/tcp and /proc/net/tcp6.
+pub fn proc_sockets() -> Result<Vec<Socket>, Error> {
     let mut out = Vec::new();
     for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let text = match std::fs::read_to_string(path) {
@@ -127,6 +141,117 @@ fn address(text: &str) -> Result<SocketAddr, String> {
         },
     };
     Ok(SocketAddr::new(ip, port))
+}
+
+/// The sock_diag dump: what `ss -tan` reads.
+pub mod netlink {
+    use std::{
+        io,
+        net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+        os::fd::AsRawFd,
+    };
+
+    use nix::sys::socket::{
+        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto,
+        socket,
+    };
+
+    use super::{STATES, Socket};
+
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const NLM_F_REQUEST: u16 = 0x1;
+    const NLM_F_DUMP: u16 = 0x300;
+    const NLMSG_ERROR: u16 = 2;
+    const NLMSG_DONE: u16 = 3;
+    const AF_INET: u8 = 2;
+    const AF_INET6: u8 = 10;
+    const IPPROTO_TCP: u8 = 6;
+
+    /// Every TCP socket, both families, by one dump each.
+    pub fn sockets() -> io::Result<Vec<Socket>> {
+        let mut out = Vec::new();
+        for family in [AF_INET, AF_INET6] {
+            dump(family, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn dump(family: u8, out: &mut Vec<Socket>) -> io::Result<()> {
+        let fd = socket(
+            AddressFamily::Netlink,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkSockDiag,
+        )?;
+        // nlmsghdr, then inet_diag_req_v2 asking for every state.
+        let mut req = Vec::with_capacity(72);
+        req.extend_from_slice(&72u32.to_ne_bytes());
+        req.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        req.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+        req.extend_from_slice(&1u32.to_ne_bytes()); // sequence
+        req.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel
+        req.extend_from_slice(&[family, IPPROTO_TCP, 0, 0]);
+        req.extend_from_slice(&0xfffu32.to_ne_bytes()); // every TCP state
+        req.extend_from_slice(&[0; 48]); // inet_diag_sockid: no filter
+        sendto(
+            fd.as_raw_fd(),
+            &req,
+            &NetlinkAddr::new(0, 0),
+            MsgFlags::empty(),
+        )?;
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+            let mut at = 0;
+            while at + 16 <= n {
+                let word =
+                    |i: usize| u32::from_ne_bytes(buf[i..i + 4].try_into().expect("four bytes"));
+                let len = word(at) as usize;
+                let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
+                if len < 16 || at + len > n {
+                    return Err(io::Error::other("sock_diag: a truncated message"));
+                }
+                match kind {
+                    NLMSG_DONE => return Ok(()),
+                    NLMSG_ERROR => {
+                        let errno = i32::from_ne_bytes(
+                            buf[at + 16..at + 20].try_into().expect("four bytes"),
+                        );
+                        return Err(io::Error::from_raw_os_error(-errno));
+                    }
+                    _ => {
+                        if let Some(socket) = message(&buf[at + 16..at + len]) {
+                            out.push(socket);
+                        }
+                    }
+                }
+                at += (len + 3) & !3;
+            }
+        }
+    }
+
+    /// One inet_diag_msg: family, state, timer, retransmits, then the socket id with
+    /// ports and addresses in network order.
+    fn message(m: &[u8]) -> Option<Socket> {
+        if m.len() < 52 {
+            return None;
+        }
+        let port = |i: usize| u16::from_be_bytes([m[i], m[i + 1]]);
+        let ip = |i: usize| -> IpAddr {
+            if m[0] == AF_INET {
+                IpAddr::V4(Ipv4Addr::new(m[i], m[i + 1], m[i + 2], m[i + 3]))
+            } else {
+                let v6 =
+                    Ipv6Addr::from(<[u8; 16]>::try_from(&m[i..i + 16]).expect("sixteen bytes"));
+                v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+            }
+        };
+        Some(Socket {
+            state: STATES.get(usize::from(m[1])).copied().unwrap_or("UNKNOWN"),
+            local: SocketAddr::new(ip(8), port(4)),
+            remote: SocketAddr::new(ip(24), port(6)),
+        })
+    }
 }
 
 /// The kernel settings that bound the port pool.
