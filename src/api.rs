@@ -6,6 +6,7 @@
 //! connections to close before the next call sees the state.
 
 pub mod registry;
+mod toxic;
 
 use std::{
     convert::Infallible,

@@ -6,22 +6,23 @@
 //! `proxy.rs`.
 
 pub mod bandwidth;
+pub mod chain;
 pub mod file;
 pub mod http;
 pub mod latency;
 pub mod limit_data;
 pub mod loss;
 pub mod reset_peer;
+pub mod scope;
 pub mod slicer;
 pub mod slow_close;
 pub mod stage;
 pub mod timeout;
 
-use std::{fmt, str::FromStr, sync::Arc};
+use std::{fmt, str::FromStr};
 
 use rand::{RngExt, rngs::SmallRng};
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
 
 use self::{
     bandwidth::Bandwidth,
@@ -32,8 +33,12 @@ use self::{
     reset_peer::ResetPeer,
     slicer::Slicer,
     slow_close::SlowClose,
-    stage::{Chunk, Stage, Step},
+    stage::Stage,
     timeout::Timeout,
+};
+pub use self::{
+    chain::{Chain, ConnId},
+    scope::{Mode, PROBE_PATHS, ProbeRules, Scope},
 };
 
 /// Which way bytes flow: the same words as the `stream` field.
@@ -282,127 +287,6 @@ impl Kind {
     }
 }
 
-/// What a proxy understands of the traffic it relays.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Bytes: the TCP fault stages.
-    #[default]
-    Tcp,
-    /// HTTP/1.1 and HTTP/2 (cleartext) requests: the HTTP faults, probes told apart.
-    Http,
-}
-
-impl Mode {
-    /// Whether a fault of `kind` can act in this mode (listener faults act in both).
-    pub fn takes(self, kind: &Kind) -> bool {
-        kind.is_listener() || (self == Mode::Http) == kind.is_http()
-    }
-
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Tcp => "tcp",
-            Mode::Http => "http",
-        }
-    }
-}
-
-/// How HTTP mode tells a health probe from a data request: a request is a probe if
-/// its path is one of `paths`, or one of `headers` contains the given text
-/// (case-insensitive, e.g. `user-agent` containing `kube-probe`), or its method is one
-/// of `methods`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProbeRules {
-    /// Exact paths (no query).
-    pub paths: Vec<String>,
-    /// Header name → text its value contains.
-    pub headers: std::collections::BTreeMap<String, String>,
-    /// Methods, e.g. `HEAD`.
-    pub methods: Vec<String>,
-}
-
-/// Paths whose requests count as health probes when no rule says otherwise.
-pub const PROBE_PATHS: [&str; 4] = ["/health", "/healthz", "/ready", "/api/v1/health"];
-
-impl Default for ProbeRules {
-    fn default() -> Self {
-        ProbeRules {
-            paths: PROBE_PATHS.iter().map(|p| p.to_string()).collect(),
-            headers: Default::default(),
-            methods: Vec::new(),
-        }
-    }
-}
-
-impl ProbeRules {
-    /// `Probe` or `Data` for a request.
-    pub fn classify<'a>(
-        &self,
-        method: &str,
-        path: &str,
-        header: impl Fn(&str) -> Option<&'a str>,
-    ) -> Scope {
-        let by_header = self.headers.iter().any(|(name, text)| {
-            header(name)
-                .is_some_and(|v| v.to_ascii_lowercase().contains(&text.to_ascii_lowercase()))
-        });
-        if self.paths.iter().any(|p| p == path)
-            || by_header
-            || self.methods.iter().any(|m| m.eq_ignore_ascii_case(method))
-        {
-            Scope::Probe
-        } else {
-            Scope::Data
-        }
-    }
-}
-
-/// Which requests (HTTP mode) a fault may touch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// Every request.
-    #[default]
-    Any,
-    /// Only requests the probe rules do not match: what clients send.
-    Data,
-    /// Only the balancer's health probes.
-    Probe,
-}
-
-impl Scope {
-    /// Whether a fault of this scope touches a request of class `class`
-    /// (`Data` or `Probe`).
-    pub fn covers(self, class: Scope) -> bool {
-        self == Scope::Any || self == class
-    }
-}
-
-impl Scope {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Any => "any",
-            Scope::Data => "data",
-            Scope::Probe => "probe",
-        }
-    }
-}
-
-impl FromStr for Scope {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "any" => Ok(Scope::Any),
-            "data" => Ok(Scope::Data),
-            "probe" => Ok(Scope::Probe),
-            _ => Err(format!("scope `{s}` is not any, data or probe")),
-        }
-    }
-}
-
 /// One fault, as the fault files, the CLI and the control API describe it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fault {
@@ -529,265 +413,5 @@ impl FromStr for Fault {
     }
 }
 
-/// One fault in one direction of one connection: its stage, or `None` when the
-/// toxicity draw left this connection alone.
-#[derive(Debug)]
-struct Slot {
-    fault: Arc<Fault>,
-    stage: Option<Box<dyn Stage>>,
-}
-
-/// What identifies a connection to its faults' RNGs.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnId<'a> {
-    /// The run's seed.
-    pub seed: u64,
-    /// The proxy's name.
-    pub proxy: &'a str,
-    /// The connection's number within its proxy, from 0.
-    pub conn: u64,
-    /// What the listener it came through carries: `Probe` on a probe listener,
-    /// `Data` beside one, `Any` when the proxy has a single listener.
-    pub class: Scope,
-}
-
-/// The stages of one direction of one connection, in the order the faults were added.
-#[derive(Debug, Default)]
-pub struct Chain {
-    slots: Vec<Slot>,
-    scratch: Vec<Step>,
-}
-
-impl Chain {
-    /// Whether no stage acts on this direction (the relay may take its fast path).
-    pub fn is_empty(&self) -> bool {
-        self.slots.iter().all(|s| s.stage.is_none())
-    }
-
-    /// Names of the faults that apply to this connection.
-    pub fn applied(&self) -> impl Iterator<Item = &str> {
-        self.slots
-            .iter()
-            .filter(|s| s.stage.is_some())
-            .map(|s| s.fault.name.as_str())
-    }
-
-    /// Brings the chain in line with `faults` (the proxy's whole list) for direction
-    /// `dir`. A fault that is still the same `Arc` keeps its stage and its state; a
-    /// new or changed one gets a new stage and a new toxicity draw, started at `now`.
-    /// Steps the new stages schedule go to `out`.
-    pub fn sync(
-        &mut self,
-        faults: &[Arc<Fault>],
-        dir: Direction,
-        id: ConnId<'_>,
-        now: Instant,
-        out: &mut Vec<Step>,
-    ) {
-        let mut old = std::mem::take(&mut self.slots);
-        // A single listener carries probes too, but a layer-4 probe sends no bytes for
-        // a stage to act on: stages there act as on data.
-        let class = if id.class == Scope::Any {
-            Scope::Data
-        } else {
-            id.class
-        };
-        for fault in faults
-            .iter()
-            .filter(|f| f.stream == dir && !f.kind.is_listener() && f.scope.covers(class))
-        {
-            if let Some(i) = old.iter().position(|s| Arc::ptr_eq(&s.fault, fault)) {
-                self.slots.push(old.swap_remove(i));
-                continue;
-            }
-            let stage = fault.applies(id.seed, id.proxy, id.conn).then(|| {
-                let rng = crate::seed::rng(
-                    id.seed,
-                    &[
-                        id.proxy.as_bytes(),
-                        &id.conn.to_le_bytes(),
-                        fault.name.as_bytes(),
-                    ],
-                );
-                fault.kind.stage(rng)
-            });
-            tracing::trace!(fault = %fault.name, applies = stage.is_some(), "toxicity draw");
-            self.slots.push(Slot {
-                fault: fault.clone(),
-                stage: stage.flatten(),
-            });
-            let index = self.slots.len() - 1;
-            let mut started = Vec::new();
-            if let Some(stage) = &mut self.slots[index].stage {
-                stage.start(now, &mut started);
-            }
-            self.run(index + 1, started, out);
-        }
-    }
-
-    /// Passes a chunk read from the source through every stage.
-    pub fn chunk(&mut self, chunk: Chunk, out: &mut Vec<Step>) {
-        self.run(0, vec![Step::Send(chunk)], out);
-    }
-
-    /// Passes the source's FIN through every stage.
-    pub fn eof(&mut self, at: Instant, out: &mut Vec<Step>) {
-        self.run(0, vec![Step::Finish { at }], out);
-    }
-
-    /// Runs `steps` through the stages from `from` on and appends the result to `out`.
-    fn run(&mut self, from: usize, mut steps: Vec<Step>, out: &mut Vec<Step>) {
-        let mut next = std::mem::take(&mut self.scratch);
-        let from = from.min(self.slots.len());
-        for slot in &mut self.slots[from..] {
-            let Some(stage) = &mut slot.stage else {
-                continue;
-            };
-            for step in steps.drain(..) {
-                match step {
-                    Step::Send(chunk) => stage.chunk(chunk, &mut next),
-                    Step::Finish { at } => stage.eof(at, &mut next),
-                    reset @ Step::Reset { .. } => next.push(reset),
-                }
-            }
-            std::mem::swap(&mut steps, &mut next);
-        }
-        out.append(&mut steps);
-        self.scratch = next;
-    }
-}
-
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use bytes::Bytes;
-
-    pub fn chunk_at(due: Instant, data: &[u8]) -> Chunk {
-        Chunk {
-            data: Bytes::copy_from_slice(data),
-            due,
-        }
-    }
-
-    pub fn sends(steps: &[Step]) -> Vec<Chunk> {
-        steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Send(c) => Some(c.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn inline_spec_parses_fields_and_attributes() {
-        let f: Fault = "latency:latency=50,jitter=10,stream=upstream,toxicity=0.5"
-            .parse()
-            .unwrap();
-        assert_eq!(f.name, "latency_upstream");
-        assert_eq!(f.stream, Direction::Upstream);
-        assert_eq!(f.toxicity, 0.5);
-        assert_eq!(
-            f.kind,
-            Kind::Latency(Latency {
-                latency: 50,
-                jitter: 10
-            })
-        );
-        let f: Fault = "down".parse().unwrap();
-        assert_eq!((f.name.as_str(), f.kind), ("down_downstream", Kind::Down));
-    }
-
-    #[test]
-    fn inline_spec_errors_say_what_is_wrong() {
-        let err = |s: &str| s.parse::<Fault>().unwrap_err();
-        assert!(err("latncy:latency=5").contains("unknown fault type `latncy`"));
-        assert!(
-            err("latency:latncy=5").contains("unknown field `latncy`"),
-            "{}",
-            err("latency:latncy=5")
-        );
-        assert!(
-            err("latency:latency=-5").contains("attribute `latency`: invalid value: integer `-5`")
-        );
-        assert!(err("latency:latency=x").contains("attribute `latency`: invalid type"));
-        assert!(err("latency:latency=5,toxicity=1.5").contains("toxicity 1.5 is outside"));
-        assert!(err("latency:latency=5,stream=sideways").contains("sideways"));
-        assert!(err("latency:latency").contains("not key=value"));
-        assert!(err("latency:latency=5,jitter=9").contains("jitter 9 ms exceeds latency 5 ms"));
-        assert!(err("down:toxicity=0.5").contains("toxicity must be 1"));
-    }
-
-    #[test]
-    fn probe_rules_match_paths_headers_or_methods() {
-        let mut rules = ProbeRules::default();
-        let none = |_: &str| None;
-        assert_eq!(rules.classify("GET", "/healthz", none), Scope::Probe);
-        assert_eq!(rules.classify("GET", "/healthz/deep", none), Scope::Data);
-        rules
-            .headers
-            .insert("user-agent".into(), "kube-probe".into());
-        rules.methods.push("HEAD".into());
-        let kube = |name: &str| (name == "user-agent").then_some("Kube-Probe/1.29");
-        assert_eq!(rules.classify("GET", "/", kube), Scope::Probe);
-        assert_eq!(rules.classify("head", "/", none), Scope::Probe);
-        assert_eq!(rules.classify("GET", "/", |_| Some("curl/8")), Scope::Data);
-    }
-
-    #[test]
-    fn toxicity_draw_is_reproducible_and_near_its_rate() {
-        let f: Fault = "latency:latency=1,toxicity=0.5".parse().unwrap();
-        let hits: Vec<u64> = (0..1000).filter(|c| f.applies(9, "p", *c)).collect();
-        let again: Vec<u64> = (0..1000).filter(|c| f.applies(9, "p", *c)).collect();
-        assert_eq!(hits, again);
-        assert!((430..570).contains(&hits.len()), "{}", hits.len());
-        let other_seed = (0..1000)
-            .filter(|c| f.applies(10, "p", *c))
-            .collect::<Vec<_>>();
-        assert_ne!(hits, other_seed);
-    }
-
-    #[test]
-    fn chain_composes_in_order_and_keeps_unchanged_stages() {
-        let t0 = Instant::now();
-        let id = ConnId {
-            seed: 1,
-            proxy: "p",
-            conn: 0,
-            class: Scope::Any,
-        };
-        let lat: Arc<Fault> = Arc::new("latency:latency=10".parse().unwrap());
-        let limit: Arc<Fault> = Arc::new("limit_data:bytes=3".parse().unwrap());
-        let mut chain = Chain::default();
-        let mut out = Vec::new();
-        chain.sync(
-            &[lat.clone(), limit.clone()],
-            Direction::Downstream,
-            id,
-            t0,
-            &mut out,
-        );
-        chain.chunk(chunk_at(t0, b"ab"), &mut out);
-        // Re-syncing with the same Arcs keeps limit_data's count of 2 bytes sent.
-        chain.sync(
-            &[lat.clone(), limit.clone()],
-            Direction::Downstream,
-            id,
-            t0,
-            &mut out,
-        );
-        chain.chunk(chunk_at(t0, b"cd"), &mut out);
-        let at = t0 + std::time::Duration::from_millis(10);
-        assert_eq!(
-            out,
-            [
-                Step::Send(chunk_at(at, b"ab")),
-                Step::Send(chunk_at(at, b"c")),
-                Step::Finish { at }
-            ]
-        );
-        // An upstream-only list leaves this direction empty.
-        chain.sync(&[], Direction::Downstream, id, t0, &mut out);
-        assert!(chain.is_empty());
-    }
-}
+pub(crate) mod tests;

@@ -6,31 +6,23 @@
 //! then holds no buffer at all. As soon as a fault applies, the direction switches to
 //! the staged path, and back once its chain and queue are empty again.
 
-use std::{
-    cell::RefCell,
-    collections::VecDeque,
-    io,
-    pin::pin,
-    sync::{
-        Arc,
-        atomic::{AtomicU8, Ordering},
-    },
-};
+mod control;
+mod fast;
 
-use std::os::fd::AsRawFd;
+use std::{collections::VecDeque, pin::pin, sync::Arc};
 
 use bytes::{Bytes, BytesMut};
-use nix::{errno::Errno, sys::socket::MsgFlags};
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt, Interest},
+    io::{AsyncReadExt, AsyncWriteExt},
     net::{
         TcpStream,
         tcp::{ReadHalf, WriteHalf},
     },
-    sync::{Notify, mpsc, watch},
+    sync::{mpsc, watch},
     time::{Instant, sleep_until},
 };
 
+pub use self::control::Control;
 use super::socket::reset_on_close;
 use crate::{
     capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tcp::Peer},
@@ -39,84 +31,6 @@ use crate::{
 
 /// The proxy's live fault list, as the relay watches it.
 pub type Faults = watch::Receiver<Arc<Vec<Arc<Fault>>>>;
-
-/// What a connection watches besides its sockets: one per connection, so waiting on
-/// it never contends with other connections. Its owner (the proxy) wakes it when the
-/// fault list changes or the proxy shuts down; one direction wakes it to stop the other.
-#[derive(Debug, Default)]
-pub struct Control {
-    notify: Notify,
-    state: AtomicU8,
-}
-
-const ABORTED: u8 = 1;
-const SHUTDOWN: u8 = 2;
-const DRAIN: u8 = 4;
-const RESET: u8 = 8;
-
-impl Control {
-    /// Wakes the connection to look at the fault list again.
-    pub fn poke(&self) {
-        self.notify.notify_waiters();
-    }
-
-    /// Ends the connection with [`Ending::Shutdown`].
-    pub fn shutdown(&self) {
-        self.state.fetch_or(SHUTDOWN, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Asks the connection to finish gracefully (HTTP: `Connection: close`, GOAWAY).
-    pub fn drain(&self) {
-        self.state.fetch_or(DRAIN, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Ends the connection with an RST on both legs, now.
-    pub fn reset(&self) {
-        self.state.fetch_or(RESET, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Whether a drain asked this connection to finish.
-    pub fn is_draining(&self) -> bool {
-        self.state.load(Ordering::Acquire) & DRAIN != 0
-    }
-
-    /// Whether the connection is to be reset.
-    pub fn is_reset(&self) -> bool {
-        self.state.load(Ordering::Acquire) & RESET != 0
-    }
-
-    /// Whether the proxy shut this connection down.
-    pub fn is_shut_down(&self) -> bool {
-        self.state.load(Ordering::Acquire) & SHUTDOWN != 0
-    }
-
-    /// Resolves on the next poke or shutdown after it was first polled (or enabled).
-    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.notify.notified()
-    }
-
-    fn abort(&self) {
-        self.state.fetch_or(ABORTED, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Why the connection must stop, if it must: a cheap atomic load.
-    fn stopped(&self) -> Option<End> {
-        let state = self.state.load(Ordering::Acquire);
-        if state & RESET != 0 {
-            Some(End::Drained)
-        } else if state & SHUTDOWN != 0 {
-            Some(End::Shutdown)
-        } else if state & ABORTED != 0 {
-            Some(End::Aborted)
-        } else {
-            None
-        }
-    }
-}
 
 /// Who did something to a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,11 +96,6 @@ pub struct Outcome {
 const QUEUE_LIMIT: usize = 256 * 1024;
 /// Read size of both paths.
 const READ_SIZE: usize = 64 * 1024;
-
-thread_local! {
-    /// The fast path's read buffer: one per worker thread, none per connection.
-    static BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_SIZE]);
-}
 
 /// How one direction ended.
 #[derive(Debug)]
@@ -659,109 +568,6 @@ impl<'a> Flow<'a> {
         }
         None
     }
-
-    /// The unfaulted path. Returns `None` when the fault list changed and the caller
-    /// must sync, `Some` when the direction ended.
-    async fn fast(&mut self) -> Option<End> {
-        let control = self.control;
-        loop {
-            let mut woken = pin!(control.notify.notified());
-            woken.as_mut().enable();
-            // Checked after each transfer too, so a busy stream sees changes at once:
-            // both are plain atomic loads, no lock.
-            loop {
-                if let Some(end) = control.stopped() {
-                    return Some(end);
-                }
-                if self.faults.has_changed().unwrap_or(true) {
-                    return None;
-                }
-                tokio::select! {
-                    biased;
-                    ready = self.src.readable() => {
-                        if ready.is_err() {
-                            return Some(End::PeerReset(self.side(Which::Src)));
-                        }
-                    }
-                    _ = woken.as_mut() => break,
-                }
-                // Read and write without awaiting, so the per-thread buffer is never
-                // held across a suspension; only what the destination cannot take at
-                // once is copied out and written asynchronously. A read shorter than
-                // the buffer drained the socket, so it reports WouldBlock to tokio,
-                // which then waits for the next edge instead of costing another read
-                // that would only say EAGAIN (tokio keeps a seen EOF or error set).
-                let (src, dst) = (self.src.as_ref(), &self.dst);
-                let mut step = Fast::Again;
-                let tapping = self.tap.is_some();
-                let mut copy = None;
-                let _ = src.try_io(Interest::READABLE, || {
-                    BUF.with_borrow_mut(|buf| {
-                        let n = nix::sys::socket::recv(src.as_raw_fd(), buf, MsgFlags::empty());
-                        if let (true, Ok(n)) = (tapping, n) {
-                            copy = Some(Bytes::copy_from_slice(&buf[..n]));
-                        }
-                        step = match n {
-                            Ok(0) => Fast::Eof,
-                            Ok(n) => match dst.try_write(&buf[..n]) {
-                                Ok(w) if w == n => Fast::Wrote(n),
-                                Ok(w) => Fast::Rest(w, buf[w..n].to_vec()),
-                                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                                    Fast::Rest(0, buf[..n].to_vec())
-                                }
-                                Err(_) => Fast::DstErr,
-                            },
-                            Err(Errno::EAGAIN) => Fast::Again,
-                            Err(Errno::EINTR) => return Ok(()),
-                            Err(_) => Fast::SrcErr,
-                        };
-                        match (&step, n) {
-                            (Fast::Again, _) => Err(io::ErrorKind::WouldBlock.into()),
-                            (Fast::Wrote(_) | Fast::Rest(..), Ok(n)) if n < buf.len() => {
-                                Err(io::ErrorKind::WouldBlock.into())
-                            }
-                            _ => Ok(()),
-                        }
-                    })
-                });
-                match step {
-                    Fast::Again => {}
-                    Fast::Wrote(n) => {
-                        self.received += n as u64;
-                        self.sent += n as u64;
-                    }
-                    Fast::Rest(written, rest) => {
-                        self.received += (written + rest.len()) as u64;
-                        self.sent += written as u64;
-                        // Boxed: rare (the destination was full), and large.
-                        if let Some(end) = Box::pin(self.write(&rest)).await {
-                            return Some(end);
-                        }
-                    }
-                    Fast::Eof => {
-                        self.src_done = true;
-                        tap(&self.tap, self.fin_record(Which::Src, None)).await;
-                        let _ = self.dst.shutdown().await;
-                        tap(&self.tap, self.fin_record(Which::Dst, None)).await;
-                        return Some(End::Eof);
-                    }
-                    Fast::SrcErr => return Some(End::PeerReset(self.side(Which::Src))),
-                    Fast::DstErr => return Some(End::PeerReset(self.side(Which::Dst))),
-                }
-                if let Some(data) = copy.filter(|d| !d.is_empty()) {
-                    let (read, written) = self.legs();
-                    let record = Record::Pass {
-                        conn: self.capture_key,
-                        read,
-                        written,
-                        data,
-                        at: capture::now(),
-                    };
-                    tap(&self.tap, Some(record)).await;
-                }
-            }
-        }
-    }
 }
 
 /// Hands `record` to the capture writer, waiting if it is behind: a capture loses no
@@ -787,13 +593,4 @@ fn timer(due: Instant) -> Instant {
 enum Which {
     Src,
     Dst,
-}
-
-enum Fast {
-    Again,
-    Wrote(usize),
-    Rest(usize, Vec<u8>),
-    Eof,
-    SrcErr,
-    DstErr,
 }

@@ -1,0 +1,200 @@
+//! One listener's accept loop: the listener faults (`down`, `syn_drop`), draining,
+//! and a task per accepted connection.
+
+use std::{
+    collections::HashSet,
+    net::SocketAddr,
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+
+use tokio::{
+    net::{TcpListener, TcpStream},
+    time::timeout,
+};
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, info, info_span, warn};
+
+use super::{
+    Mode, Proxy,
+    drain::{Drain, NewConns},
+    handle, socket,
+};
+use crate::{
+    fault::{Fault, Kind, Scope},
+    shutdown::Shutdown,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listening {
+    Accepting,
+    Down,
+    SynDrop,
+    /// Draining without refusing: the listener stays, nothing is accepted.
+    Paused,
+}
+
+pub(super) async fn serve(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    class: Scope,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    let mut faults = proxy.faults.subscribe();
+    let mut drains = proxy.drain.subscribe();
+    let mut listener = Some(listener);
+    let mut plugs = Plugs::default();
+    let tracker = TaskTracker::new();
+    let http = (proxy.options.mode == Mode::Http).then(|| crate::http::upstream(&proxy));
+    info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream, "listening");
+    loop {
+        let fault_state = fault_state(&faults.borrow_and_update(), class);
+        let state = match *drains.borrow_and_update() {
+            Some((
+                Drain {
+                    new: NewConns::Refuse,
+                    ..
+                },
+                _,
+            )) => Listening::Down,
+            Some((
+                Drain {
+                    new: NewConns::Ignore,
+                    ..
+                },
+                _,
+            )) => Listening::Paused,
+            None => fault_state,
+        };
+        match state {
+            Listening::Down if listener.is_some() => {
+                listener = None;
+                info!(proxy = %proxy.name, %addr, "listener closed (down)");
+            }
+            Listening::Accepting | Listening::SynDrop | Listening::Paused if listener.is_none() => {
+                match socket::bind(addr) {
+                    Ok(l) => {
+                        info!(proxy = %proxy.name, %addr, "listening again");
+                        listener = Some(l);
+                    }
+                    Err(err) => {
+                        warn!(proxy = %proxy.name, %addr, %err, "could not listen again; waiting for the next change")
+                    }
+                }
+            }
+            _ => {}
+        }
+        if let Some(l) = &listener {
+            if state == Listening::SynDrop && plugs.streams.is_empty() {
+                plugs.fill(l, addr).await;
+            } else if state != Listening::SynDrop && !plugs.streams.is_empty() {
+                plugs.drain(l);
+            }
+        }
+        let accepting = state == Listening::Accepting && listener.is_some();
+        tokio::select! {
+            biased;
+            _ = shutdown.wait() => break,
+            changed = faults.changed() => if changed.is_err() { break },
+            _ = drains.changed() => {}
+            accepted = async { listener.as_ref().expect("branch runs only with a listener").accept().await }, if accepting => {
+                match accepted {
+                    Ok((stream, peer)) if plugs.addrs.remove(&peer) => drop(stream),
+                    Ok((stream, peer)) => {
+                        let conn = proxy.next_conn.fetch_add(1, Ordering::Relaxed);
+                        let span = info_span!("conn", proxy = %proxy.name, id = conn, %peer);
+                        // Registered here, not in the task, so a shutdown that comes
+                        // before the task first runs still reaches it.
+                        let control = proxy.register(conn);
+                        match &http {
+                            Some(upstream) => {
+                                let (proxy, faults, upstream) = (proxy.clone(), faults.clone(), upstream.clone());
+                                tracker.spawn(async move {
+                                    crate::http::handle(stream, proxy.clone(), faults, control, upstream, class).await;
+                                    proxy.unregister(conn);
+                                }.instrument(span));
+                            }
+                            None => {
+                                tracker.spawn(handle(stream, conn, proxy.clone(), faults.clone(), control, class).instrument(span));
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        // EMFILE and friends: let open connections finish and free
+                        // descriptors, then try again.
+                        warn!(proxy = %proxy.name, %err, "accept failed; retrying in 100 ms");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        }
+    }
+    drop(listener);
+    proxy.each_conn(|c| c.shutdown());
+    tracker.close();
+    tracker.wait().await;
+    Ok(())
+}
+
+/// Connections snag makes to its own listener to fill the accept queue for `syn_drop`.
+#[derive(Default)]
+struct Plugs {
+    streams: Vec<TcpStream>,
+    addrs: HashSet<SocketAddr>,
+}
+
+impl Plugs {
+    /// Shrinks the backlog to its minimum and connects to `addr` until the kernel's
+    /// accept queue is full: from then on it drops new SYNs (Linux does so even with
+    /// syncookies on), and clients see connect timeouts while the port stays open.
+    async fn fill(&mut self, listener: &TcpListener, addr: SocketAddr) {
+        if let Err(err) = socket::set_backlog(listener, 0) {
+            warn!(%err, "could not shrink the backlog for syn_drop");
+            return;
+        }
+        // Backlog 0 queues one connection; a few more tries cover connections that
+        // were in the queue already. A connect that times out means the queue is full.
+        for _ in 0..8 {
+            match timeout(Duration::from_millis(100), TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    if let Ok(local) = stream.local_addr() {
+                        self.addrs.insert(local);
+                    }
+                    self.streams.push(stream);
+                }
+                Ok(Err(err)) => {
+                    warn!(%err, "syn_drop plug connect failed");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+        warn!("accept queue did not fill after 8 connections; syn_drop may let some SYNs through");
+    }
+
+    fn drain(&mut self, listener: &TcpListener) {
+        if let Err(err) = socket::set_backlog(listener, socket::BACKLOG) {
+            warn!(%err, "could not restore the backlog after syn_drop");
+        }
+        // The server ends of the plugs are still queued; the accept loop discards
+        // them by peer address.
+        self.streams.clear();
+    }
+}
+
+/// What the listener faults on now make of a listener of class `class`.
+fn fault_state(faults: &[Arc<Fault>], class: Scope) -> Listening {
+    let on = |kind: Kind| {
+        faults
+            .iter()
+            .any(|f| f.kind == kind && f.acts_on_listener(class))
+    };
+    if on(Kind::Down) {
+        Listening::Down
+    } else if on(Kind::SynDrop) {
+        Listening::SynDrop
+    } else {
+        Listening::Accepting
+    }
+}

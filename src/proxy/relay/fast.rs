@@ -1,0 +1,129 @@
+//! The unfaulted path of one direction: no stage, no queue, no buffer of its own.
+
+use std::{cell::RefCell, io, os::fd::AsRawFd, pin::pin};
+
+use bytes::Bytes;
+use nix::{errno::Errno, sys::socket::MsgFlags};
+use tokio::io::{AsyncWriteExt, Interest};
+
+use super::{End, Flow, READ_SIZE, Which, tap};
+use crate::capture::{self, Record};
+
+thread_local! {
+    /// The fast path's read buffer: one per worker thread, none per connection.
+    static BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_SIZE]);
+}
+
+impl Flow<'_> {
+    /// The unfaulted path. Returns `None` when the fault list changed and the caller
+    /// must sync, `Some` when the direction ended.
+    pub(super) async fn fast(&mut self) -> Option<End> {
+        let control = self.control;
+        loop {
+            let mut woken = pin!(control.notify.notified());
+            woken.as_mut().enable();
+            // Checked after each transfer too, so a busy stream sees changes at once:
+            // both are plain atomic loads, no lock.
+            loop {
+                if let Some(end) = control.stopped() {
+                    return Some(end);
+                }
+                if self.faults.has_changed().unwrap_or(true) {
+                    return None;
+                }
+                tokio::select! {
+                    biased;
+                    ready = self.src.readable() => {
+                        if ready.is_err() {
+                            return Some(End::PeerReset(self.side(Which::Src)));
+                        }
+                    }
+                    _ = woken.as_mut() => break,
+                }
+                // Read and write without awaiting, so the per-thread buffer is never
+                // held across a suspension; only what the destination cannot take at
+                // once is copied out and written asynchronously. A read shorter than
+                // the buffer drained the socket, so it reports WouldBlock to tokio,
+                // which then waits for the next edge instead of costing another read
+                // that would only say EAGAIN (tokio keeps a seen EOF or error set).
+                let (src, dst) = (self.src.as_ref(), &self.dst);
+                let mut step = Fast::Again;
+                let tapping = self.tap.is_some();
+                let mut copy = None;
+                let _ = src.try_io(Interest::READABLE, || {
+                    BUF.with_borrow_mut(|buf| {
+                        let n = nix::sys::socket::recv(src.as_raw_fd(), buf, MsgFlags::empty());
+                        if let (true, Ok(n)) = (tapping, n) {
+                            copy = Some(Bytes::copy_from_slice(&buf[..n]));
+                        }
+                        step = match n {
+                            Ok(0) => Fast::Eof,
+                            Ok(n) => match dst.try_write(&buf[..n]) {
+                                Ok(w) if w == n => Fast::Wrote(n),
+                                Ok(w) => Fast::Rest(w, buf[w..n].to_vec()),
+                                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                    Fast::Rest(0, buf[..n].to_vec())
+                                }
+                                Err(_) => Fast::DstErr,
+                            },
+                            Err(Errno::EAGAIN) => Fast::Again,
+                            Err(Errno::EINTR) => return Ok(()),
+                            Err(_) => Fast::SrcErr,
+                        };
+                        match (&step, n) {
+                            (Fast::Again, _) => Err(io::ErrorKind::WouldBlock.into()),
+                            (Fast::Wrote(_) | Fast::Rest(..), Ok(n)) if n < buf.len() => {
+                                Err(io::ErrorKind::WouldBlock.into())
+                            }
+                            _ => Ok(()),
+                        }
+                    })
+                });
+                match step {
+                    Fast::Again => {}
+                    Fast::Wrote(n) => {
+                        self.received += n as u64;
+                        self.sent += n as u64;
+                    }
+                    Fast::Rest(written, rest) => {
+                        self.received += (written + rest.len()) as u64;
+                        self.sent += written as u64;
+                        // Boxed: rare (the destination was full), and large.
+                        if let Some(end) = Box::pin(self.write(&rest)).await {
+                            return Some(end);
+                        }
+                    }
+                    Fast::Eof => {
+                        self.src_done = true;
+                        tap(&self.tap, self.fin_record(Which::Src, None)).await;
+                        let _ = self.dst.shutdown().await;
+                        tap(&self.tap, self.fin_record(Which::Dst, None)).await;
+                        return Some(End::Eof);
+                    }
+                    Fast::SrcErr => return Some(End::PeerReset(self.side(Which::Src))),
+                    Fast::DstErr => return Some(End::PeerReset(self.side(Which::Dst))),
+                }
+                if let Some(data) = copy.filter(|d| !d.is_empty()) {
+                    let (read, written) = self.legs();
+                    let record = Record::Pass {
+                        conn: self.capture_key,
+                        read,
+                        written,
+                        data,
+                        at: capture::now(),
+                    };
+                    tap(&self.tap, Some(record)).await;
+                }
+            }
+        }
+    }
+}
+
+enum Fast {
+    Again,
+    Wrote(usize),
+    Rest(usize, Vec<u8>),
+    Eof,
+    SrcErr,
+    DstErr,
+}
