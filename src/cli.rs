@@ -128,19 +128,9 @@ pub struct ServeArgs {
     /// Allow a non-loopback API address without --token.
     #[arg(long)]
     pub insecure_remote: bool,
-    /// Append events (faults changed, drains, GOAWAYs, resets, probes) here as JSON
-    /// lines with timestamps.
-    #[arg(long, value_name = "FILE")]
-    pub events: Option<PathBuf>,
-    /// Capture both legs of every connection of the TCP-mode proxies to this pcapng file.
-    #[arg(long, value_name = "FILE")]
-    pub capture: Option<PathBuf>,
-    /// Start a new capture file once one holds this many bytes.
-    #[arg(long, value_name = "BYTES", requires = "capture")]
-    pub capture_max_bytes: Option<u64>,
-    /// Bytes kept of each captured packet, headers included; 0 keeps all.
-    #[arg(long, value_name = "BYTES", default_value_t = 0, requires = "capture")]
-    pub snaplen: u32,
+    /// Events and captures.
+    #[command(flatten)]
+    pub evidence: EvidenceArgs,
     /// Serve bytes received and sent per proxy and direction on /metrics.
     #[arg(long)]
     pub proxy_metrics: bool,
@@ -272,23 +262,12 @@ pub struct ProxyArgs {
     /// A fault file (faults/*.toml): several proxies, their faults and a timeline.
     #[arg(long, env = "SNAG_FILE")]
     pub file: Option<PathBuf>,
-    /// Capture both legs of every connection (TCP mode) to this pcapng file.
-    #[arg(long, value_name = "FILE")]
-    pub capture: Option<PathBuf>,
-    /// Start a new capture file (NAME.1.pcapng, NAME.2.pcapng …) once one holds this
-    /// many bytes.
-    #[arg(long, value_name = "BYTES", requires = "capture")]
-    pub capture_max_bytes: Option<u64>,
-    /// Bytes kept of each captured packet, headers included; 0 keeps all.
-    #[arg(long, value_name = "BYTES", default_value_t = 0, requires = "capture")]
-    pub snaplen: u32,
     /// Write every proxy's counters here as JSON when snag exits.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
-    /// Append events (faults changed, drains, GOAWAYs, resets, probes) here as JSON
-    /// lines with timestamps.
-    #[arg(long, value_name = "FILE")]
-    pub events: Option<PathBuf>,
+    /// Events and captures.
+    #[command(flatten)]
+    pub evidence: EvidenceArgs,
     /// Seed for every random choice (toxicity, jitter …); printed when not given.
     #[arg(long, env = "SNAG_SEED")]
     pub seed: Option<u64>,
@@ -319,6 +298,36 @@ fn name_value(s: &str) -> Result<(String, String), String> {
             Ok((name.to_ascii_lowercase(), value.to_string()))
         }
         _ => Err(format!("`{s}` is not NAME=TEXT")),
+    }
+}
+
+/// Where a run leaves its evidence: events and captures.
+#[derive(Debug, Args)]
+pub struct EvidenceArgs {
+    /// Append events (faults changed, drains, GOAWAYs, resets, probes) here as JSON
+    /// lines with timestamps.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+    /// Capture both legs of every connection of the TCP-mode proxies to this pcapng file.
+    #[arg(long, value_name = "FILE")]
+    pub capture: Option<PathBuf>,
+    /// Start a new capture file (NAME.1.pcapng, NAME.2.pcapng …) once one holds this
+    /// many bytes.
+    #[arg(long, value_name = "BYTES", requires = "capture")]
+    pub capture_max_bytes: Option<u64>,
+    /// Bytes kept of each captured packet, headers included; 0 keeps all.
+    #[arg(long, value_name = "BYTES", default_value_t = 0, requires = "capture")]
+    pub snaplen: u32,
+}
+
+impl EvidenceArgs {
+    /// The capture the flags ask for, if any.
+    pub fn capture(&self) -> Option<crate::capture::Settings> {
+        self.capture.clone().map(|path| crate::capture::Settings {
+            path,
+            max_bytes: self.capture_max_bytes,
+            snaplen: self.snaplen,
+        })
     }
 }
 

@@ -124,11 +124,48 @@ fn print_ports(r: &ports::Report) {
     say!();
 }
 
-fn open_capture(settings: capture::Settings) -> anyhow::Result<Arc<capture::Capture>> {
-    let path = settings.path.clone();
-    let capture = capture::Capture::create(settings)
-        .with_context(|| format!("could not create {}", path.display()))?;
-    Ok(Arc::new(capture))
+/// The event log and the capture of a run, opened before its proxies start and
+/// closed, complete, after they stop.
+struct Evidence {
+    events: Option<Arc<events::EventLog>>,
+    capture: Option<Arc<capture::Capture>>,
+}
+
+impl Evidence {
+    /// Opens what the flags ask for; a capture from the flags wins over a file's.
+    fn open(
+        args: &cli::EvidenceArgs,
+        file_capture: Option<capture::Settings>,
+    ) -> anyhow::Result<Evidence> {
+        let events = match &args.events {
+            Some(path) => Some(
+                events::EventLog::create(path)
+                    .with_context(|| format!("could not create {}", path.display()))?,
+            ),
+            None => None,
+        };
+        let capture = match args.capture().or(file_capture) {
+            Some(settings) => {
+                let path = settings.path.clone();
+                let capture = capture::Capture::create(settings)
+                    .with_context(|| format!("could not create {}", path.display()))?;
+                Some(Arc::new(capture))
+            }
+            None => None,
+        };
+        Ok(Evidence { events, capture })
+    }
+
+    /// Writes out what is queued and closes both files.
+    fn close(self) -> anyhow::Result<()> {
+        if let Some(capture) = self.capture {
+            capture.close().context("could not finish the capture")?;
+        }
+        if let Some(log) = self.events {
+            log.close().context("could not finish the event log")?;
+        }
+        Ok(())
+    }
 }
 
 /// A command line whose values are each fine but do not go together.
@@ -171,28 +208,16 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         say!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
         seed
     });
-    let events = match &args.events {
-        Some(path) => Some(
-            events::EventLog::create(path)
-                .with_context(|| format!("could not create {}", path.display()))?,
-        ),
-        None => None,
-    };
     let file_capture = match &scenario {
         Some(Ok(s)) => s.capture.clone(),
         _ => None,
     };
-    let cli_capture = args.capture.clone().map(|path| capture::Settings {
-        path,
-        max_bytes: args.capture_max_bytes,
-        snaplen: args.snaplen,
-    });
-    let capture = cli_capture.or(file_capture).map(open_capture).transpose()?;
+    let evidence = Evidence::open(&args.evidence, file_capture)?;
     let options = Options {
         on_upstream_error: args.on_upstream_error,
         connect_timeout: args.connect_timeout,
-        events: events.clone(),
-        capture: capture.clone(),
+        events: evidence.events.clone(),
+        capture: evidence.capture.clone(),
         ..Options::default()
     };
     let listener = proxy::socket::bind(args.listen)
@@ -213,13 +238,7 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         api::VERSION
     );
     api::serve(listener, api, shutdown).await?;
-    if let Some(capture) = capture {
-        capture.close().context("could not finish the capture")?;
-    }
-    if let Some(log) = events {
-        log.close().context("could not write the event log")?;
-    }
-    Ok(())
+    evidence.close()
 }
 
 /// Whether `err` is the user's input being wrong (exit code 2) rather than a failure.
@@ -256,33 +275,18 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         say!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
         seed
     });
-    let events = match &args.events {
-        Some(path) => Some(
-            events::EventLog::create(path)
-                .with_context(|| format!("could not create {}", path.display()))?,
-        ),
-        None => None,
-    };
-    let cli_capture = args.capture.clone().map(|path| capture::Settings {
-        path,
-        max_bytes: args.capture_max_bytes,
-        snaplen: args.snaplen,
-    });
-    let capture = match cli_capture.or(scenario.capture.clone()) {
-        Some(_) if scenario.proxies.iter().any(|p| p.mode == fault::Mode::Http) => {
-            return Err(UsageError(
-                "capture: HTTP-mode proxies are not captured yet; capture TCP-mode ones".into(),
-            )
-            .into());
-        }
-        Some(settings) => Some(open_capture(settings)?),
-        None => None,
-    };
+    if (args.evidence.capture.is_some() || scenario.capture.is_some())
+        && scenario.proxies.iter().any(|p| p.mode == fault::Mode::Http)
+    {
+        let why = "capture: HTTP-mode proxies are not captured yet; capture TCP-mode ones";
+        return Err(UsageError(why.into()).into());
+    }
+    let evidence = Evidence::open(&args.evidence, scenario.capture.clone())?;
     let options = Options {
         on_upstream_error: args.on_upstream_error,
         connect_timeout: args.connect_timeout,
-        events: events.clone(),
-        capture: capture.clone(),
+        events: evidence.events.clone(),
+        capture: evidence.capture.clone(),
         ..Options::default()
     };
     let running = start(&scenario, seed, &options, &shutdown)?;
@@ -327,21 +331,12 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         r.task.await.context("proxy task failed")??;
         stats.insert(r.proxy.name.clone(), r.proxy.counters().snapshot());
     }
-    if let (Some(capture), Some(path)) = (capture, &args.capture) {
-        capture
-            .close()
-            .with_context(|| format!("could not write {}", path.display()))?;
-    }
     if let Some(path) = &args.stats {
         let text = serde_json::to_string_pretty(&stats).expect("stats serialise");
         std::fs::write(path, text + "\n")
             .with_context(|| format!("could not write {}", path.display()))?;
     }
-    if let (Some(log), Some(path)) = (events, &args.events) {
-        log.close()
-            .with_context(|| format!("could not write {}", path.display()))?;
-    }
-    Ok(())
+    evidence.close()
 }
 
 /// A proxy started by [`start`].

@@ -333,15 +333,7 @@ async fn snags_own_faults_come_through_the_toxics_endpoint() {
         let proxy = create(api, "p", echo_server().await).await;
         let reply = call(api, "POST", "/proxies/p/toxics", r#"{"type":"down"}"#).await;
         assert_eq!(reply.body, r#"{"attributes":{},"name":"down_downstream","type":"down","stream":"downstream","toxicity":1}"#);
-        let refused = async {
-            loop {
-                match TcpStream::connect(proxy).await {
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => break,
-                    _ => tokio::task::yield_now().await,
-                }
-            }
-        };
-        within(2, refused).await;
+        common::refused(proxy).await;
         call(api, "DELETE", "/proxies/p/toxics/down_downstream", "").await;
         let loss = json(&call(api, "POST", "/proxies/p/toxics", r#"{"type":"loss","attributes":{"probability":0.25}}"#).await);
         assert_eq!(loss["attributes"], serde_json::json!({"probability": 0.25, "rto": 200, "segment": 1448}));
@@ -505,15 +497,7 @@ async fn drains_and_stats_come_through_the_api() {
             reply.body,
             r#"{"drain":{"mode":"graceful","timeout":0,"new":"refuse","rate":0}}"#
         );
-        let refused = async {
-            loop {
-                match TcpStream::connect(proxy).await {
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => break,
-                    _ => tokio::task::yield_now().await,
-                }
-            }
-        };
-        within(2, refused).await;
+        common::refused(proxy).await;
         assert_eq!(
             call(api, "DELETE", "/proxies/p/drain", "").await.status,
             204
@@ -539,15 +523,7 @@ async fn an_api_proxy_can_have_a_probe_listener() {
         let data: SocketAddr = created["listen"].as_str().unwrap().parse().unwrap();
         assert_ne!(probes.port(), 0);
         call(api, "POST", "/proxies/p/toxics", r#"{"type":"down","scope":"probe"}"#).await;
-        within(2, async {
-            loop {
-                match TcpStream::connect(probes).await {
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => break,
-                    _ => tokio::task::yield_now().await,
-                }
-            }
-        })
-        .await;
+        common::refused(probes).await;
         assert!(rtt(data).await < Duration::from_millis(100));
     })
     .await;

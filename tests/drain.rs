@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use common::{Seen, echo_server, http_backend, within};
+use common::{Seen, echo_server, http_backend, refused, within};
 use snag::{
     proxy::{
         self, Mode, Options, Proxy,
@@ -47,18 +47,6 @@ async fn in_flight(seen: &Arc<Mutex<Vec<Seen>>>, n: usize) {
     within(5, async {
         while seen.lock().unwrap().len() < n {
             tokio::task::yield_now().await;
-        }
-    })
-    .await;
-}
-
-async fn refused(addr: SocketAddr) {
-    within(2, async {
-        loop {
-            match TcpStream::connect(addr).await {
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => break,
-                _ => tokio::task::yield_now().await,
-            }
         }
     })
     .await;

@@ -84,15 +84,7 @@ async fn data_scoped_faults_spare_the_probe_listener() {
         echoes(probes).await.unwrap();
         proxy.remove_fault("reset_peer_downstream").unwrap();
         proxy.add_fault("down:scope=data".parse().unwrap()).unwrap();
-        within(2, async {
-            loop {
-                match TcpStream::connect(data).await {
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => break,
-                    _ => tokio::task::yield_now().await,
-                }
-            }
-        })
-        .await;
+        common::refused(data).await;
         echoes(probes).await.unwrap();
     })
     .await;

@@ -38,6 +38,19 @@ pub async fn spawn_proxy(upstream: SocketAddr, faults: &[&str]) -> (SocketAddr, 
     spawn_proxy_with(upstream, faults, 1, Options::default()).await
 }
 
+/// Waits (at most 2 s) until connecting to `addr` is refused: the listener closed.
+pub async fn refused(addr: SocketAddr) {
+    within(2, async {
+        loop {
+            match tokio::net::TcpStream::connect(addr).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+                _ => tokio::task::yield_now().await,
+            }
+        }
+    })
+    .await;
+}
+
 pub async fn within<T>(secs: u64, fut: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(secs), fut)
         .await
