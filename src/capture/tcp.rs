@@ -148,20 +148,19 @@ fn to_v6(ip: IpAddr) -> [u8; 16] {
     }
 }
 
-/// The Internet checksum (RFC 1071) over the concatenation of `parts`.
+/// The Internet checksum (RFC 1071) over the concatenation of `parts`. Every part
+/// but the last has an even length here (addresses, lengths, headers), so each is
+/// summed as whole 16-bit words.
 fn checksum(parts: &[&[u8]]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut odd: Option<u8> = None;
+    let mut sum: u64 = 0;
     for part in parts {
-        for &byte in *part {
-            match odd.take() {
-                Some(high) => sum += u32::from(u16::from_be_bytes([high, byte])),
-                None => odd = Some(byte),
-            }
+        let mut words = part.chunks_exact(2);
+        for w in &mut words {
+            sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
         }
-    }
-    if let Some(high) = odd {
-        sum += u32::from(u16::from_be_bytes([high, 0]));
+        if let [last] = words.remainder() {
+            sum += u64::from(u16::from_be_bytes([*last, 0]));
+        }
     }
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
