@@ -5,6 +5,7 @@
 //! owns the file, so no task waits on the disk; when the writer falls behind, the
 //! relay waits for it instead of losing a packet.
 
+pub mod tap;
 pub mod tcp;
 
 use std::{
@@ -58,6 +59,18 @@ pub enum Record {
         conn: u64,
         /// Client leg, upstream leg.
         legs: [(SocketAddr, SocketAddr); 2],
+        /// When.
+        at: Duration,
+    },
+    /// One leg opened on its own (HTTP mode, where client and upstream connections
+    /// are not paired): initiator and acceptor.
+    OpenLeg {
+        /// Connection number.
+        conn: u64,
+        /// Which leg.
+        leg: usize,
+        /// Who connected, and to whom.
+        ends: (SocketAddr, SocketAddr),
         /// When.
         at: Duration,
     },
@@ -267,6 +280,18 @@ impl Output {
                         self.packet(&frame, at, note.as_deref(), settings)?;
                     }
                 }
+            }
+            Record::OpenLeg {
+                conn,
+                leg,
+                ends: (a, b),
+                at,
+            } => {
+                let mut l = Leg::new(a, b, [isn(conn, leg, 0), isn(conn, leg, 1)]);
+                for frame in l.handshake() {
+                    self.packet(&frame, at, None, settings)?;
+                }
+                legs.insert((conn, leg), l);
             }
             Record::Pass {
                 conn,

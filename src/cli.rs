@@ -308,7 +308,7 @@ pub struct EvidenceArgs {
     /// lines with timestamps.
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
-    /// Capture both legs of every connection of the TCP-mode proxies to this pcapng file.
+    /// Capture both legs of every connection to this pcapng file.
     #[arg(long, value_name = "FILE")]
     pub capture: Option<PathBuf>,
     /// Start a new capture file (NAME.1.pcapng, NAME.2.pcapng …) once one holds this

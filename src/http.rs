@@ -8,7 +8,9 @@ mod body;
 use std::{
     convert::Infallible,
     error::Error as _,
+    future::Future,
     os::fd::{AsFd, OwnedFd},
+    pin::Pin,
     sync::Arc,
     time::Duration,
 };
@@ -27,11 +29,12 @@ use hyper_util::{
     server::conn::auto,
 };
 use rand::RngExt;
-use tokio::net::TcpStream;
+use tokio::{net::TcpStream, sync::mpsc};
 use tracing::debug;
 
 use self::body::{Cut, Faulted, Plan};
 use crate::{
+    capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tap::Tapped, tcp::Peer},
     fault::{
         Fault, Kind, Scope,
         http::{BadBodyMode, DelayAt, HttpStatus},
@@ -59,18 +62,78 @@ pub enum Failure {
 pub type ReplyBody = BoxBody<Bytes, Failure>;
 
 /// The pooled client every connection of one proxy forwards through.
-pub type Upstream = Client<HttpConnector, Incoming>;
+pub type Upstream = Client<Connector, Incoming>;
 
 /// A client for `proxy`'s upstream: keep-alive connections, reused across requests
-/// and client connections.
+/// and client connections, each captured as an upstream leg when the proxy captures.
 pub fn upstream(proxy: &Proxy) -> Upstream {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(proxy.options().connect_timeout));
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(proxy.options().connect_timeout));
+    let tap = proxy.options().capture.as_ref().and_then(|c| c.sender());
+    let connector = Connector {
+        http,
+        tap,
+        name: Arc::from(format!("{}/upstream", proxy.name)),
+        next: Default::default(),
+    };
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_timer(TokioTimer::new())
         .build(connector)
+}
+
+/// hyper-util's connector, with each new upstream connection wrapped for capture.
+#[derive(Clone)]
+pub struct Connector {
+    http: HttpConnector,
+    tap: Option<mpsc::Sender<Record>>,
+    name: Arc<str>,
+    next: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = TokioIo<Tapped<TcpStream>>;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.http.call(uri);
+        let (tap, name, next) = (self.tap.clone(), self.name.clone(), self.next.clone());
+        Box::pin(async move {
+            let stream = connecting.await?.into_inner();
+            let Some(tx) = tap else {
+                return Ok(TokioIo::new(Tapped::plain(stream)));
+            };
+            let key = capture::key(
+                &name,
+                next.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            );
+            let ends = (stream.local_addr()?, stream.peer_addr()?);
+            let _ = tx
+                .send(Record::OpenLeg {
+                    conn: key,
+                    leg: UPSTREAM_LEG,
+                    ends,
+                    at: capture::now(),
+                })
+                .await;
+            Ok(TokioIo::new(Tapped::new(
+                stream,
+                tx,
+                key,
+                UPSTREAM_LEG,
+                Peer::Initiator,
+            )))
+        })
+    }
 }
 
 /// What one client connection's exchanges share.
@@ -85,6 +148,30 @@ struct Conn {
     h2: Arc<std::sync::atomic::AtomicBool>,
     /// `Probe` when it came through the probe listener: every request is a probe.
     class: Scope,
+    /// The capture and this connection's key in it, if capturing.
+    tap: Option<(mpsc::Sender<Record>, u64)>,
+}
+
+impl Conn {
+    /// Records the RST snag is about to send the client, if capturing.
+    fn record_reset(&self, why: &str) {
+        record_reset(&self.tap, why);
+    }
+}
+
+/// Records an RST from snag on a client leg; a full queue drops it (resets are rare,
+/// and the wait would have to happen where no await is possible).
+fn record_reset(tap: &Option<(mpsc::Sender<Record>, u64)>, why: &str) {
+    if let Some((tx, key)) = tap {
+        let note = Some(format!("snag: {why}"));
+        let _ = tx.try_send(Record::Rst {
+            conn: *key,
+            leg: CLIENT_LEG,
+            from: Peer::Acceptor,
+            note,
+            at: capture::now(),
+        });
+    }
 }
 
 /// Serves one client connection in HTTP mode until it closes, the proxy goes down
@@ -96,6 +183,7 @@ pub async fn handle(
     control: Arc<Control>,
     upstream: Upstream,
     class: Scope,
+    number: u64,
 ) {
     let _ = stream.set_nodelay(true);
     let socket = match stream.as_fd().try_clone_to_owned() {
@@ -115,6 +203,27 @@ pub async fn handle(
         }
     };
     let h2 = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Captured as a client leg of its own: upstream connections are pooled and shared.
+    let tap = proxy
+        .options()
+        .capture
+        .as_ref()
+        .and_then(|c| c.sender())
+        .map(|tx| (tx, capture::key(&proxy.name, number)));
+    let stream = match (&tap, stream.peer_addr(), stream.local_addr()) {
+        (Some((tx, key)), Ok(peer), Ok(local)) => {
+            let _ = tx
+                .send(Record::OpenLeg {
+                    conn: *key,
+                    leg: CLIENT_LEG,
+                    ends: (peer, local),
+                    at: capture::now(),
+                })
+                .await;
+            Tapped::new(stream, tx.clone(), *key, CLIENT_LEG, Peer::Acceptor)
+        }
+        _ => Tapped::plain(stream),
+    };
     let conn = Arc::new(Conn {
         proxy,
         faults,
@@ -122,6 +231,7 @@ pub async fn handle(
         socket,
         h2: h2.clone(),
         class,
+        tap: tap.clone(),
     });
     let service = service_fn(move |req| {
         let conn = conn.clone();
@@ -156,6 +266,7 @@ pub async fn handle(
                     serving.as_mut().graceful_shutdown();
                 }
                 Stop::Reset => {
+                    record_reset(&tap, "drain");
                     socket::reset_fd_on_close(&reset_fd);
                     debug!("http connection reset by a drain");
                     return;
@@ -285,6 +396,7 @@ async fn respond(
                     std::future::pending::<()>().await;
                 }
                 tokio::time::sleep(Duration::from_millis(d.timeout)).await;
+                conn.record_reset(&fault.name);
                 socket::reset_fd_on_close(&conn.socket);
                 proxy.counters().fault_reset();
                 proxy.event("fault_reset", serde_json::json!({ "fault": fault.name }));

@@ -275,12 +275,6 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         say!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
         seed
     });
-    if (args.evidence.capture.is_some() || scenario.capture.is_some())
-        && scenario.proxies.iter().any(|p| p.mode == fault::Mode::Http)
-    {
-        let why = "capture: HTTP-mode proxies are not captured yet; capture TCP-mode ones";
-        return Err(UsageError(why.into()).into());
-    }
     let evidence = Evidence::open(&args.evidence, scenario.capture.clone())?;
     let options = Options {
         on_upstream_error: args.on_upstream_error,

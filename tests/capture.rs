@@ -362,3 +362,95 @@ async fn a_fault_file_and_the_api_server_take_a_capture_too() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn http_mode_captures_client_legs_and_pooled_upstream_legs() {
+    within(30, async {
+        let dir =
+            std::env::temp_dir().join(format!("snag-test-{}-capture-http", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("http.pcapng");
+        let capture = Arc::new(
+            Capture::create(Settings {
+                path: path.clone(),
+                max_bytes: None,
+                snaplen: 0,
+            })
+            .unwrap(),
+        );
+        let (backend, _) = common::http_backend("captured body").await;
+        let options = Options {
+            mode: snag::proxy::Mode::Http,
+            capture: Some(capture.clone()),
+            ..Options::default()
+        };
+        let faults = vec!["reset_mid_response:bytes=3,scope=probe".parse().unwrap()];
+        let proxy = Proxy::new("web".into(), backend.to_string(), 1, options, faults).unwrap();
+        let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Shutdown::new();
+        let task = tokio::spawn(proxy::serve(listener, proxy, stop.clone()));
+        assert_eq!(
+            common::http(addr, "GET", "/orders", "", &[]).await.body,
+            "captured body"
+        );
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        assert!(c.read_to_end(&mut got).await.is_err(), "the probe is reset");
+        stop.trigger();
+        task.await.unwrap().unwrap();
+        capture.close().unwrap();
+
+        let segs = segments(&path);
+        let flows = streams(&segs);
+        let to_snag: Vec<&Vec<u8>> = flows
+            .iter()
+            .filter(|((_, d), _)| *d == addr)
+            .map(|(_, b)| b)
+            .collect();
+        assert!(
+            to_snag
+                .iter()
+                .any(|b| b.starts_with(b"GET /orders HTTP/1.1")),
+            "client leg"
+        );
+        let from_snag: Vec<&Vec<u8>> = flows
+            .iter()
+            .filter(|((s, _), _)| *s == addr)
+            .map(|(_, b)| b)
+            .collect();
+        assert!(
+            from_snag.iter().any(|b| b.ends_with(b"captured body")),
+            "client leg answer"
+        );
+        let upstream: Vec<&Vec<u8>> = flows
+            .iter()
+            .filter(|((_, d), _)| *d == backend)
+            .map(|(_, b)| b)
+            .collect();
+        assert!(
+            upstream
+                .iter()
+                .any(|b| String::from_utf8_lossy(b).contains("GET /orders HTTP/1.1")),
+            "upstream leg"
+        );
+        let reset = segs
+            .iter()
+            .find(|s| s.flags & 0x04 != 0)
+            .expect("an RST on the probe's leg");
+        assert_eq!(reset.src, addr);
+        assert!(
+            reset
+                .comment
+                .as_deref()
+                .is_some_and(|c| c.contains("reset_mid_response")),
+            "{:?}",
+            reset.comment
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}

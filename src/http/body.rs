@@ -55,6 +55,8 @@ pub(super) struct Faulted {
     proxy: Arc<Proxy>,
     /// A chunk waiting out its pause.
     held: Option<Bytes>,
+    /// The capture, to record a reset in.
+    tap: Option<(tokio::sync::mpsc::Sender<crate::capture::Record>, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +87,7 @@ impl Faulted {
             socket,
             proxy: conn.proxy.clone(),
             held: None,
+            tap: conn.tap.clone(),
         }
     }
 
@@ -109,6 +112,7 @@ impl Faulted {
                     && let Some(fd) = &self.socket
                 {
                     socket::reset_fd_on_close(fd);
+                    super::record_reset(&self.tap, "reset_mid_response");
                     self.proxy.counters().fault_reset();
                     self.proxy.event(
                         "fault_reset",

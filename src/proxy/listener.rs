@@ -111,7 +111,7 @@ pub(super) async fn serve(
                             Some(upstream) => {
                                 let (proxy, faults, upstream) = (proxy.clone(), faults.clone(), upstream.clone());
                                 tracker.spawn(async move {
-                                    crate::http::handle(stream, proxy.clone(), faults, control, upstream, class).await;
+                                    crate::http::handle(stream, proxy.clone(), faults, control, upstream, class, conn).await;
                                     proxy.unregister(conn);
                                 }.instrument(span));
                             }
