@@ -53,17 +53,9 @@ pub const UPSTREAM_LEG: usize = 1;
 /// What a connection tells the writer.
 #[derive(Debug)]
 pub enum Record {
-    /// Both legs opened: (initiator, acceptor) of each.
-    Open {
-        /// Connection number.
-        conn: u64,
-        /// Client leg, upstream leg.
-        legs: [(SocketAddr, SocketAddr); 2],
-        /// When.
-        at: Duration,
-    },
-    /// One leg opened on its own (HTTP mode, where client and upstream connections
-    /// are not paired): initiator and acceptor.
+    /// A leg opened: initiator and acceptor. A TCP-mode connection opens both of
+    /// its legs under one key; in HTTP mode client and upstream connections are not
+    /// paired, and each is a key with one leg.
     OpenLeg {
         /// Connection number.
         conn: u64,
@@ -253,20 +245,6 @@ impl Output {
         settings: &Settings,
     ) -> io::Result<()> {
         match record {
-            Record::Open {
-                conn,
-                legs: pair,
-                at,
-            } => {
-                for (i, (a, b)) in pair.into_iter().enumerate() {
-                    let isn = [isn(conn, i, 0), isn(conn, i, 1)];
-                    let mut leg = Leg::new(a, b, isn);
-                    for frame in leg.handshake() {
-                        self.packet(&frame, at, None, settings)?;
-                    }
-                    legs.insert((conn, i), leg);
-                }
-            }
             Record::Data {
                 conn,
                 leg,
@@ -274,13 +252,14 @@ impl Output {
                 data,
                 note,
                 at,
-            } => {
-                if let Some(l) = legs.get_mut(&(conn, leg)) {
-                    for frame in l.data(from, &data) {
-                        self.packet(&frame, at, note.as_deref(), settings)?;
-                    }
-                }
-            }
+            } => self.data(
+                legs.get_mut(&(conn, leg)),
+                from,
+                &data,
+                at,
+                note.as_deref(),
+                settings,
+            )?,
             Record::OpenLeg {
                 conn,
                 leg,
@@ -301,11 +280,7 @@ impl Output {
                 at,
             } => {
                 for (leg, from) in [read, written] {
-                    if let Some(l) = legs.get_mut(&(conn, leg)) {
-                        for frame in l.data(from, &data) {
-                            self.packet(&frame, at, None, settings)?;
-                        }
-                    }
+                    self.data(legs.get_mut(&(conn, leg)), from, &data, at, None, settings)?;
                 }
             }
             Record::Fin {
@@ -336,6 +311,22 @@ impl Output {
                 legs.remove(&(conn, CLIENT_LEG));
                 legs.remove(&(conn, UPSTREAM_LEG));
             }
+        }
+        Ok(())
+    }
+
+    /// The segments of `data` sent by `from` on `leg`, if the leg is known.
+    fn data(
+        &mut self,
+        leg: Option<&mut Leg>,
+        from: Peer,
+        data: &[u8],
+        at: Duration,
+        note: Option<&str>,
+        settings: &Settings,
+    ) -> io::Result<()> {
+        for frame in leg.map(|l| l.data(from, data)).unwrap_or_default() {
+            self.packet(&frame, at, note, settings)?;
         }
         Ok(())
     }

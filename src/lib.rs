@@ -156,6 +156,21 @@ impl Evidence {
         Ok(Evidence { events, capture })
     }
 
+    /// Proxy options that send events and captures here.
+    fn options(
+        &self,
+        on_upstream_error: proxy::relay::OnUpstreamError,
+        connect_timeout: std::time::Duration,
+    ) -> Options {
+        Options {
+            on_upstream_error,
+            connect_timeout,
+            events: self.events.clone(),
+            capture: self.capture.clone(),
+            ..Options::default()
+        }
+    }
+
     /// Writes out what is queued and closes both files.
     fn close(self) -> anyhow::Result<()> {
         if let Some(capture) = self.capture {
@@ -213,13 +228,7 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         _ => None,
     };
     let evidence = Evidence::open(&args.evidence, file_capture)?;
-    let options = Options {
-        on_upstream_error: args.on_upstream_error,
-        connect_timeout: args.connect_timeout,
-        events: evidence.events.clone(),
-        capture: evidence.capture.clone(),
-        ..Options::default()
-    };
+    let options = evidence.options(args.on_upstream_error, args.connect_timeout);
     let listener = proxy::socket::bind(args.listen)
         .with_context(|| format!("control API: could not bind {}", args.listen))?;
     let metrics = api::Metrics {
@@ -276,13 +285,7 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         seed
     });
     let evidence = Evidence::open(&args.evidence, scenario.capture.clone())?;
-    let options = Options {
-        on_upstream_error: args.on_upstream_error,
-        connect_timeout: args.connect_timeout,
-        events: evidence.events.clone(),
-        capture: evidence.capture.clone(),
-        ..Options::default()
-    };
+    let options = evidence.options(args.on_upstream_error, args.connect_timeout);
     let running = start(&scenario, seed, &options, &shutdown)?;
     if let (Some(spec), Some(first)) = (args.drain, running.first()) {
         let proxy = first.proxy.clone();

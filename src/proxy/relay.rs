@@ -136,13 +136,17 @@ pub async fn run(
             upstream.peer_addr(),
         )
     {
-        let _ = tx
-            .send(Record::Open {
-                conn: capture::key(id.proxy, id.conn),
-                legs: [(c, l), (u, p)],
-                at: capture::now(),
-            })
-            .await;
+        let conn = capture::key(id.proxy, id.conn);
+        for (leg, ends) in [(CLIENT_LEG, (c, l)), (UPSTREAM_LEG, (u, p))] {
+            let _ = tx
+                .send(Record::OpenLeg {
+                    conn,
+                    leg,
+                    ends,
+                    at: capture::now(),
+                })
+                .await;
+        }
     }
     let mut applied = Vec::new();
     let (up, down) = {
