@@ -168,6 +168,7 @@ impl Api {
                 probe_listen: spec.probe_listen.map(|a| a.to_string()),
                 id_headers: spec.id_headers.clone(),
                 instance: spec.instance.clone(),
+                capture: None,
             };
             registry.create(input).await?;
             let proxy = registry.proxy(&spec.name)?;

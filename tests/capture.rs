@@ -351,13 +351,24 @@ async fn a_fault_file_and_the_api_server_take_a_capture_too() {
         let body = format!(r#"{{"name":"b","listen":"127.0.0.1:0","upstream":"{echo}"}}"#);
         let created = common::http(api, "POST", "/proxies", &body, &[]).await;
         let listen: SocketAddr = serde_json::from_str::<serde_json::Value>(&created.body).unwrap()["listen"].as_str().unwrap().parse().unwrap();
+        assert!(created.body.contains(r#""capture":true"#), "{}", created.body);
         let mut c = TcpStream::connect(listen).await.unwrap();
         c.write_all(b"via the api").await.unwrap();
         c.read_exact(&mut [0; 11]).await.unwrap();
         drop(c);
+        // A proxy created with "capture": false stays out of the capture.
+        let body = format!(r#"{{"name":"c","listen":"127.0.0.1:0","upstream":"{echo}","capture":false}}"#);
+        let created = common::http(api, "POST", "/proxies", &body, &[]).await;
+        assert!(!created.body.contains("capture"), "{}", created.body);
+        let listen: SocketAddr = serde_json::from_str::<serde_json::Value>(&created.body).unwrap()["listen"].as_str().unwrap().parse().unwrap();
+        let mut c = TcpStream::connect(listen).await.unwrap();
+        c.write_all(b"not captured").await.unwrap();
+        c.read_exact(&mut [0; 12]).await.unwrap();
+        drop(c);
         tokio::task::spawn_blocking(move || interrupt(child)).await.unwrap();
         let flows = streams(&segments(&from_api));
         assert!(flows.values().any(|b| b == b"via the api"), "{:?}", flows.keys());
+        assert!(!flows.values().any(|b| b == b"not captured"), "{:?}", flows.keys());
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await;

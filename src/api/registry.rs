@@ -61,6 +61,9 @@ pub struct ProxyInput {
     pub id_headers: Option<Vec<String>>,
     /// snag's own: the backend's expected `x-instance`.
     pub instance: Option<String>,
+    /// snag's own: `false` leaves this proxy out of the server's capture
+    /// (`serve --capture`); default: captured when the server captures.
+    pub capture: Option<bool>,
 }
 
 /// A proxy as Toxiproxy renders it, field order included.
@@ -80,6 +83,9 @@ pub struct ProxyView {
     /// snag's own, shown only when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     probe_listen: Option<String>,
+    /// snag's own, shown only when the proxy is captured.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    capture: bool,
 }
 
 /// A toxic as Toxiproxy renders it, field order included.
@@ -163,6 +169,9 @@ impl Registry {
             options.id_headers = headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         }
         options.instance = input.instance.clone();
+        if input.capture == Some(false) {
+            options.capture = None;
+        }
         if let Some(at) = &input.probe_listen {
             options.probe_listen = Some(resolve(at).await.map_err(Error::Listen)?);
         }
@@ -533,6 +542,7 @@ fn view(name: &str, entry: &Entry) -> ProxyView {
         toxics: toxics(entry),
         mode: (entry.options.mode == crate::fault::Mode::Http).then_some("http"),
         probe_listen: entry.probe_listen.clone(),
+        capture: entry.options.capture.is_some(),
     }
 }
 
