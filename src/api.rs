@@ -427,14 +427,16 @@ fn empty(status: StatusCode) -> Reply {
     reply
 }
 
-fn plain(status: StatusCode, text: &'static str) -> Reply {
-    let mut reply = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+/// A text/plain answer, as Go's http.Error and gorilla/mux write them.
+fn plain(status: StatusCode, text: impl Into<Bytes>) -> Reply {
+    let mut reply = Response::new(Full::new(text.into()));
     *reply.status_mut() = status;
-    reply.headers_mut().insert(
+    let headers = reply.headers_mut();
+    headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    reply.headers_mut().insert(
+    headers.insert(
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
     );
@@ -444,17 +446,7 @@ fn plain(status: StatusCode, text: &'static str) -> Reply {
 /// An error as Go's http.Error writes it: the JSON as text/plain, with a newline.
 fn error(e: &Error) -> Reply {
     let body = serde_json::json!({ "error": e.to_string(), "status": e.status().as_u16() });
-    let mut reply = Response::new(Full::new(Bytes::from(format!("{body}\n"))));
-    *reply.status_mut() = e.status();
-    reply.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    reply.headers_mut().insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    reply
+    plain(e.status(), format!("{body}\n"))
 }
 
 /// `/populate`'s errors are real JSON, carry the proxies done so far, and no newline.

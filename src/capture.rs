@@ -290,10 +290,8 @@ impl Output {
                 note,
                 at,
             } => {
-                if let Some(l) = legs.get_mut(&(conn, leg)) {
-                    let frame = l.fin(from);
-                    self.packet(&frame, at, note.as_deref(), settings)?;
-                }
+                let frame = legs.get_mut(&(conn, leg)).map(|l| l.fin(from));
+                self.packet_if(frame, at, note.as_deref(), settings)?;
             }
             Record::Rst {
                 conn,
@@ -302,10 +300,8 @@ impl Output {
                 note,
                 at,
             } => {
-                if let Some(l) = legs.get_mut(&(conn, leg)) {
-                    let frame = l.rst(from);
-                    self.packet(&frame, at, note.as_deref(), settings)?;
-                }
+                let frame = legs.get_mut(&(conn, leg)).map(|l| l.rst(from));
+                self.packet_if(frame, at, note.as_deref(), settings)?;
             }
             Record::Close { conn } => {
                 legs.remove(&(conn, CLIENT_LEG));
@@ -313,6 +309,20 @@ impl Output {
             }
         }
         Ok(())
+    }
+
+    /// One frame, if its leg was known.
+    fn packet_if(
+        &mut self,
+        frame: Option<Vec<u8>>,
+        at: Duration,
+        note: Option<&str>,
+        settings: &Settings,
+    ) -> io::Result<()> {
+        match frame {
+            Some(frame) => self.packet(&frame, at, note, settings),
+            None => Ok(()),
+        }
     }
 
     /// The segments of `data` sent by `from` on `leg`, if the leg is known.

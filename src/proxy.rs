@@ -88,8 +88,6 @@ pub struct Proxy {
     seed: u64,
     options: Options,
     faults: watch::Sender<Arc<Vec<Arc<Fault>>>>,
-    /// Serialises changes so check-then-modify is atomic.
-    edit: Mutex<()>,
     next_conn: AtomicU64,
     next_request: AtomicU64,
     /// Open connections, to wake when faults change or the proxy shuts down.
@@ -152,7 +150,6 @@ impl Proxy {
             seed,
             options,
             faults: watch::Sender::new(Arc::new(Vec::new())),
-            edit: Mutex::new(()),
             next_conn: AtomicU64::new(0),
             next_request: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
@@ -264,49 +261,41 @@ impl Proxy {
     /// Adds a fault at the end of its direction's chain; open connections get it
     /// before their next chunk.
     pub fn add_fault(&self, fault: Fault) -> Result<(), FaultError> {
-        let _edit = self
-            .edit
-            .lock()
-            .expect("no code panics while holding the edit lock");
-        let current = self.faults.borrow().clone();
-        if current.iter().any(|f| f.name == fault.name) {
-            return Err(FaultError::Exists(fault.name));
-        }
-        let mode = self.options.mode;
-        if !mode.takes(&fault.kind) {
-            return Err(FaultError::Mode {
-                name: fault.name,
-                kind: fault.kind.type_name(),
-                mode: mode.as_str(),
-            });
-        }
-        info!(proxy = %self.name, fault = %fault.name, kind = fault.kind.type_name(), stream = %fault.stream, "fault added");
-        self.event("fault_added", fault_json(&fault));
-        let mut next = (*current).clone();
-        next.push(Arc::new(fault));
-        self.faults.send_replace(Arc::new(next));
-        self.each_conn(|c| c.poke());
-        Ok(())
+        self.edit_faults(|faults| {
+            if faults.iter().any(|f| f.name == fault.name) {
+                return Err(FaultError::Exists(fault.name));
+            }
+            let mode = self.options.mode;
+            if !mode.takes(&fault.kind) {
+                return Err(FaultError::Mode { name: fault.name, kind: fault.kind.type_name(), mode: mode.as_str() });
+            }
+            info!(proxy = %self.name, fault = %fault.name, kind = fault.kind.type_name(), stream = %fault.stream, "fault added");
+            self.event("fault_added", fault_json(&fault));
+            faults.push(Arc::new(fault));
+            Ok(())
+        })
     }
 
     /// Removes a fault by name; what it was holding is released at once.
     pub fn remove_fault(&self, name: &str) -> Result<Fault, FaultError> {
-        let _edit = self
-            .edit
-            .lock()
-            .expect("no code panics while holding the edit lock");
-        let current = self.faults.borrow().clone();
-        let index = current
-            .iter()
-            .position(|f| f.name == name)
-            .ok_or_else(|| FaultError::NotFound(name.to_string()))?;
-        let mut next = (*current).clone();
-        let removed = next.remove(index);
-        info!(proxy = %self.name, fault = %name, "fault removed");
-        self.event("fault_removed", serde_json::json!({ "name": name }));
-        self.faults.send_replace(Arc::new(next));
-        self.each_conn(|c| c.poke());
-        Ok((*removed).clone())
+        self.edit_faults(|faults| {
+            let index = position(faults, name)?;
+            info!(proxy = %self.name, fault = %name, "fault removed");
+            self.event("fault_removed", serde_json::json!({ "name": name }));
+            Ok((*faults.remove(index)).clone())
+        })
+    }
+
+    /// Puts `fault` in the place of the fault of the same name: a new stage (and a new
+    /// toxicity draw) on open connections, at the same place in the chain.
+    pub fn replace_fault(&self, fault: Fault) -> Result<(), FaultError> {
+        self.edit_faults(|faults| {
+            let index = position(faults, &fault.name)?;
+            info!(proxy = %self.name, fault = %fault.name, "fault changed");
+            self.event("fault_changed", fault_json(&fault));
+            faults[index] = Arc::new(fault);
+            Ok(())
+        })
     }
 
     /// Bytes relayed by connections that have closed.
@@ -320,35 +309,37 @@ impl Proxy {
         }
     }
 
-    /// Puts `fault` in the place of the fault of the same name: a new stage (and a new
-    /// toxicity draw) on open connections, at the same place in the chain.
-    pub fn replace_fault(&self, fault: Fault) -> Result<(), FaultError> {
-        let _edit = self
-            .edit
-            .lock()
-            .expect("no code panics while holding the edit lock");
-        let current = self.faults.borrow().clone();
-        let index = current
-            .iter()
-            .position(|f| f.name == fault.name)
-            .ok_or_else(|| FaultError::NotFound(fault.name.clone()))?;
-        info!(proxy = %self.name, fault = %fault.name, "fault changed");
-        self.event("fault_changed", fault_json(&fault));
-        let mut next = (*current).clone();
-        next[index] = Arc::new(fault);
-        self.faults.send_replace(Arc::new(next));
-        self.each_conn(|c| c.poke());
-        Ok(())
-    }
-
     /// Removes every fault.
     pub fn clear_faults(&self) {
-        let _edit = self
-            .edit
-            .lock()
-            .expect("no code panics while holding the edit lock");
-        self.faults.send_replace(Arc::new(Vec::new()));
-        self.each_conn(|c| c.poke());
+        let _ = self.edit_faults(|faults| {
+            faults.clear();
+            Ok(())
+        });
+    }
+
+    /// Applies `change` to a copy of the fault list and publishes it if it succeeds,
+    /// then wakes the open connections. The watch channel's lock makes the
+    /// check-then-change atomic against concurrent edits.
+    fn edit_faults<T>(
+        &self,
+        change: impl FnOnce(&mut Vec<Arc<Fault>>) -> Result<T, FaultError>,
+    ) -> Result<T, FaultError> {
+        let mut result = None;
+        self.faults.send_if_modified(|current| {
+            let mut next = (**current).clone();
+            let done = change(&mut next);
+            let ok = done.is_ok();
+            if ok {
+                *current = Arc::new(next);
+            }
+            result = Some(done);
+            ok
+        });
+        let result = result.expect("send_if_modified runs its closure once");
+        if result.is_ok() {
+            self.each_conn(|c| c.poke());
+        }
+        result
     }
 
     fn each_conn(&self, mut f: impl FnMut(&Control)) {
@@ -383,6 +374,13 @@ impl Proxy {
 
 /// The name of the bandwidth fault a slow drain puts on a TCP proxy.
 pub const SLOW_DRAIN: &str = "drain_slow";
+
+fn position(faults: &[Arc<Fault>], name: &str) -> Result<usize, FaultError> {
+    faults
+        .iter()
+        .position(|f| f.name == name)
+        .ok_or_else(|| FaultError::NotFound(name.to_string()))
+}
 
 fn fault_json(fault: &Fault) -> serde_json::Value {
     serde_json::json!({

@@ -65,6 +65,20 @@ fn segments(path: &Path) -> Vec<Segment> {
     out
 }
 
+/// A scratch folder for one test, and a capture (all of every frame) in it.
+fn capture_in(test: &str, file: &str) -> (std::path::PathBuf, std::path::PathBuf, Arc<Capture>) {
+    let dir = std::env::temp_dir().join(format!("snag-test-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(file);
+    let capture = Capture::create(Settings {
+        path: path.clone(),
+        max_bytes: None,
+        snaplen: 0,
+    })
+    .unwrap();
+    (dir, path, Arc::new(capture))
+}
+
 /// The bytes of each one-way flow, in sequence order, checking there is no gap.
 fn streams(segments: &[Segment]) -> HashMap<(SocketAddr, SocketAddr), Vec<u8>> {
     let mut next: HashMap<(SocketAddr, SocketAddr), u32> = HashMap::new();
@@ -90,17 +104,7 @@ fn streams(segments: &[Segment]) -> HashMap<(SocketAddr, SocketAddr), Vec<u8>> {
 #[tokio::test]
 async fn both_legs_reassemble_to_the_bytes_relayed_and_resets_are_annotated() {
     within(30, async {
-        let dir = std::env::temp_dir().join(format!("snag-test-{}-capture", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("run.pcapng");
-        let capture = Arc::new(
-            Capture::create(Settings {
-                path: path.clone(),
-                max_bytes: None,
-                snaplen: 0,
-            })
-            .unwrap(),
-        );
+        let (dir, path, capture) = capture_in("capture", "run.pcapng");
         let options = Options {
             capture: Some(capture.clone()),
             ..Options::default()
@@ -377,18 +381,7 @@ async fn a_fault_file_and_the_api_server_take_a_capture_too() {
 #[tokio::test]
 async fn http_mode_captures_client_legs_and_pooled_upstream_legs() {
     within(30, async {
-        let dir =
-            std::env::temp_dir().join(format!("snag-test-{}-capture-http", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("http.pcapng");
-        let capture = Arc::new(
-            Capture::create(Settings {
-                path: path.clone(),
-                max_bytes: None,
-                snaplen: 0,
-            })
-            .unwrap(),
-        );
+        let (dir, path, capture) = capture_in("capture-http", "http.pcapng");
         let (backend, _) = common::http_backend("captured body").await;
         let options = Options {
             mode: snag::proxy::Mode::Http,
