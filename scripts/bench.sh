@@ -231,5 +231,26 @@ cap_rps=$(printf '%s\n' "${cap[@]}" | median)
 plain_rps=$(printf '%s\n' "${plain[@]}" | median)
 awk -v c="$cap_rps" -v p="$plain_rps" 'BEGIN { printf "capture: %.0f req/s with --capture against %.0f without, at 32 conn: %.2f× (target ≥ 0.85×)\n", c, p, c / p }'
 
+# The load generator: closed loop against wrk at 32 connections on the same nginx,
+# interleaved; then open loop at rising rates, sent against offered.
+gen=() ref=()
+for round in $(seq "$rounds"); do
+  printf '\rload generator round %d/%d…' "$round" "$rounds" >&2
+  ref+=("$(run_wrk direct 32 /small | awk '{print $1}')")
+  gen+=("$("$snag" load "http://127.0.0.1:$nginx_port/small" -c 32 -d "${duration}s" --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["requests_per_s"])')")
+done
+printf '\r%40s\r' '' >&2
+gen_rps=$(printf '%s\n' "${gen[@]}" | median)
+ref_rps=$(printf '%s\n' "${ref[@]}" | median)
+awk -v g="$gen_rps" -v w="$ref_rps" 'BEGIN { printf "load generator, closed loop: snag load %.0f req/s against wrk %.0f at 32 conn: %.2f× (target ≥ 0.9×)\n", g, w, g / w }'
+for rate in 5000 10000 20000 40000; do
+  "$snag" load "http://127.0.0.1:$nginx_port/small" --rate "$rate" -d "${duration}s" --deadline 1s --json |
+    python3 -c 'import json,sys
+r = json.load(sys.stdin)
+print("load generator, open loop %6d/s: offered %d, sent %d (%.2f%%), ok %d, p99 %s ms" % (
+    int(sys.argv[1]), r["offered"], r["sent"], 100.0 * r["sent"] / r["offered"], r["ok"], r["latency_ms"]["p99"]))' "$rate"
+done
+
 echo "port scan: snag ports read $scan_sockets sockets in $scan_ms ms, process start included (target: 30,000 in under 100 ms)"
 echo "idle connections ($idle, each relayed one request first): snag ${snag_idle} KiB each, haproxy ${hap_idle} KiB each (target: snag ≤ 16 KiB)"

@@ -1,3 +1,160 @@
-//! The parts a run needs when the user brings nothing: backends to relay to.
+//! The parts a case needs when the user brings nothing: self-naming backends
+//! ([`backend`]), a reference balancer ([`balancer`]) and a load generator ([`load`]).
 
 pub mod backend;
+pub mod balancer;
+pub mod load;
+
+use std::{convert::Infallible, future::Future, net::SocketAddr, time::Duration};
+
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode, body::Incoming, header, service::service_fn};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
+use tokio::net::TcpListener;
+use tracing::debug;
+
+use crate::shutdown::Shutdown;
+
+/// Serves HTTP/1.1 and HTTP/2 (prior knowledge) on `listener`, answering each request
+/// with `handle(request, peer)`, until `shutdown`, which stops accepting and drops
+/// every open connection at once, as a killed process would.
+async fn serve_http<F, Fut, B>(listener: TcpListener, shutdown: Shutdown, handle: F)
+where
+    F: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.wait() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                // EMFILE and friends: wait for descriptors to free up.
+                debug!(%err, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (handle, shutdown) = (handle.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let answer = handle(req, peer);
+                async move { Ok::<_, Infallible>(answer.await) }
+            });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let serving = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = shutdown.wait() => {}
+                _ = serving => {}
+            }
+        });
+    }
+}
+
+/// A JSON response with one naming header (`x-instance`, `x-backend`).
+fn json(
+    status: StatusCode,
+    (name, value): (&'static str, &str),
+    body: &serde_json::Value,
+) -> Response<Full<Bytes>> {
+    let mut text = body.to_string();
+    text.push('\n');
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    if let Ok(value) = header::HeaderValue::from_str(value) {
+        headers.insert(name, value);
+    }
+    response
+}
+
+/// `snag backend`: serves until `shutdown`.
+pub async fn run_backend(args: crate::cli::BackendArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("could not bind {}", args.listen))?;
+    let config = backend::Config {
+        id: args.id,
+        delay: args.delay,
+        workers: args.workers.map(|n| n as usize),
+        work: args.work,
+        queue: args.queue.0,
+        health_path: args.health_path,
+        dependency_broken: args.dependency_broken,
+    };
+    let pool = match config.workers {
+        Some(n) => format!(
+            ", {n} workers × {:?}, queue {}",
+            config.work,
+            config.queue.map_or("unbounded".into(), |q| q.to_string())
+        ),
+        None => String::new(),
+    };
+    say!(
+        "backend {} listening on {} (delay {:?}{pool}, health {})",
+        config.id,
+        listener.local_addr()?,
+        config.delay,
+        config.health_path
+    );
+    backend::serve(listener, backend::Backend::new(config), shutdown).await;
+    Ok(())
+}
+
+/// `snag balancer`: serves until `shutdown`.
+pub async fn run_balancer(
+    args: crate::cli::BalancerArgs,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("could not bind {}", args.listen))?;
+    let seed = args.seed.unwrap_or_else(crate::seed::fresh);
+    let health = args.health_interval.map(|interval| balancer::HealthCheck {
+        interval,
+        timeout: args.health_timeout,
+        rise: args.rise,
+        fall: args.fall,
+        path: args.health_path.clone(),
+        expect_body: args.health_expect_body.clone(),
+    });
+    let config = balancer::Config {
+        backends: args.backends,
+        strategy: args.strategy,
+        hash_key: args.hash_key,
+        health,
+        max_fails: args.max_fails,
+        fail_timeout: args.fail_timeout,
+        slow_start: args.slow_start,
+        retries: args.retries,
+        timeout: args.timeout,
+        seed,
+    };
+    let names: Vec<String> = config
+        .backends
+        .iter()
+        .map(|b| format!("{}={}", b.id, b.addr))
+        .collect();
+    say!(
+        "balancer listening on {} ({}, seed {seed}) → {}",
+        listener.local_addr()?,
+        config.strategy,
+        names.join(" ")
+    );
+    balancer::serve(listener, balancer::Balancer::new(config), shutdown).await;
+    Ok(())
+}

@@ -8,7 +8,8 @@
 //! - [`fault`]: what a fault is, its inline form, the per-direction chain, one file
 //!   per stage, and [`fault::file`] for `faults/*.toml`.
 //! - [`api`]: the Toxiproxy-compatible control API (`snag serve`); [`ctl`], its client.
-//! - [`lab`]: backends for demos and tests; [`demo`]: the README's main job.
+//! - [`lab`]: self-naming backends, the reference balancer and the load generator;
+//!   [`demo`]: the README's main job.
 //! - [`shutdown`], [`seed`]: leaves every long-lived task and random choice uses.
 
 #![warn(missing_docs)]
@@ -57,6 +58,9 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
         Command::Serve(args) => serve_api(args, shutdown).await,
         Command::Ctl(args) => ctl::run(args).await,
         Command::Ports(args) => ports_report(args, shutdown).await,
+        Command::Backend(args) => lab::run_backend(args, shutdown).await,
+        Command::Balancer(args) => lab::run_balancer(*args, shutdown).await,
+        Command::Load(args) => lab::load::main(*args, shutdown).await,
     }
 }
 

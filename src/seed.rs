@@ -9,7 +9,7 @@ use rand::{SeedableRng, rngs::SmallRng};
 /// An RNG for one purpose: the run's `seed` mixed with `parts` (proxy name,
 /// connection id, fault name …). Stable across runs, platforms and Rust versions.
 pub fn rng(seed: u64, parts: &[&[u8]]) -> SmallRng {
-    SmallRng::seed_from_u64(mix(seed, parts))
+    SmallRng::seed_from_u64(hash(seed, parts))
 }
 
 /// A fresh seed for a run that was given none.
@@ -17,7 +17,9 @@ pub fn fresh() -> u64 {
     rand::random()
 }
 
-fn mix(seed: u64, parts: &[&[u8]]) -> u64 {
+/// A stable 64-bit hash of `parts` under `seed`: the same inputs give the same value
+/// on every run and machine.
+pub fn hash(seed: u64, parts: &[&[u8]]) -> u64 {
     // FNV-1a over the parts (with a separator so ["ab","c"] != ["a","bc"]), then
     // splitmix64's finaliser to spread the bits.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;

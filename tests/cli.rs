@@ -204,3 +204,85 @@ async fn snag_proxy_relays_with_its_inline_faults() {
     })
     .await;
 }
+
+#[test]
+fn lab_commands_reject_bad_flags_saying_which_and_why() {
+    for (args, why) in [
+        (&["load", "ftp://x/"][..], "expected http://HOST:PORT/PATH"),
+        (&["load", "https://127.0.0.1:1/"], "https is not supported"),
+        (
+            &["load", "http://127.0.0.1:1/", "--shape", "step:5@1s..2s"],
+            "--rate",
+        ),
+        (
+            &[
+                "load",
+                "http://127.0.0.1:1/",
+                "--rate",
+                "10",
+                "--shape",
+                "step:5@1s",
+            ],
+            "expected step:PEAK@FROM..TO",
+        ),
+        (
+            &["load", "http://127.0.0.1:1/", "-d", "5s", "--watch", "1s"],
+            "--watch 1s is shorter than --duration 5s",
+        ),
+        (
+            &["load", "http://127.0.0.1:1/", "--rate", "0"],
+            "--rate 0: must be a number above 0",
+        ),
+        (
+            &[
+                "load",
+                "http://127.0.0.1:1/",
+                "--rate",
+                "9",
+                "-d",
+                "2s",
+                "--shape",
+                "step:5@1s..3s",
+            ],
+            "after the traffic window",
+        ),
+        (
+            &["load", "http://127.0.0.1:1/", "-H", "nocolon"],
+            "expected `Name: value`",
+        ),
+        (&["balancer", "--backend", "a"], "expected id=ADDR:PORT"),
+        (
+            &["balancer", "--backend", "a=127.0.0.1:1,weight=0"],
+            "weight \"0\" is not 1..=1000",
+        ),
+        (
+            &[
+                "balancer",
+                "--backend",
+                "a=127.0.0.1:1",
+                "--strategy",
+                "fair",
+            ],
+            "unknown strategy \"fair\"",
+        ),
+        (
+            &[
+                "balancer",
+                "--backend",
+                "a=127.0.0.1:1",
+                "--hash-key",
+                "query:x",
+            ],
+            "expected header:NAME, cookie:NAME or source",
+        ),
+        (
+            &["backend", "--id", "a", "--workers", "2", "--queue", "lots"],
+            "neither a number nor `unbounded`",
+        ),
+        (&["backend", "--id", "a", "--work", "5ms"], "--workers"),
+    ] {
+        let (code, stderr) = snag(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+    }
+}

@@ -1,0 +1,384 @@
+//! `snag load`: a load generator that tells its own failures from the service's.
+//!
+//! A run composes three independent choices (STYLE: no copy of the loop per mode):
+//! - arrivals: closed loop (N connections, each sends when its last answer is in,
+//!   like wrk) or open loop (a rate over time, each request sent at its intended
+//!   instant whether or not earlier ones have been answered, like seeds/002);
+//! - a stop condition: the traffic window, and optionally a request count;
+//! - sessions: requests carry one of N session keys (header or cookie).
+//!
+//! Latency is measured from the intended send time, so a slow service cannot hide
+//! behind a generator that waited for it (coordinated omission). Errors are
+//! classified by kind; a failure that belongs to the generator (ephemeral ports
+//! exhausted, too many requests in flight) is counted apart, never as the service's.
+
+mod plan;
+mod show;
+mod tally;
+
+use std::{
+    io,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, client::conn::http1::SendRequest, header};
+use hyper_util::rt::TokioIo;
+use tokio::{net::TcpStream, sync::Notify, time::Instant};
+
+use self::tally::{Outcome, Tally};
+pub use self::{
+    plan::{Arrivals, Plan, Sessions, Shape, Target},
+    show::main,
+    tally::{Kind, Report, Row},
+};
+use crate::shutdown::Shutdown;
+
+/// One connection to the target.
+type Conn = SendRequest<Full<Bytes>>;
+
+/// What every request task shares.
+struct Run {
+    plan: Plan,
+    start: Instant,
+    tally: Mutex<Tally>,
+    pool: Mutex<Vec<Conn>>,
+    inflight: AtomicU64,
+    /// Told when the last transaction in flight finishes.
+    idle: Notify,
+    issued: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Run {
+    fn second(&self, at: Instant) -> usize {
+        (at.saturating_duration_since(self.start).as_secs()) as usize
+    }
+
+    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally.lock().expect("no code panics holding the tally")
+    }
+
+    /// Takes the next transaction number, or `None` once the plan's count is reached.
+    fn next(&self) -> Option<u64> {
+        let seq = self.issued.fetch_add(1, Relaxed);
+        match self.plan.total() {
+            Some(total) if seq >= total => None,
+            _ => Some(seq),
+        }
+    }
+}
+
+/// Runs `plan` until its traffic and watch windows are over or `shutdown`; `row` is
+/// called once a second with the second that just ended.
+pub async fn run(plan: Plan, shutdown: Shutdown, mut row: impl FnMut(&Row)) -> Report {
+    let ports_before = tally::ports(plan.target.addr);
+    let run = Arc::new(Run {
+        tally: Mutex::new(Tally::new(&plan)),
+        start: Instant::now(),
+        pool: Mutex::new(Vec::new()),
+        inflight: AtomicU64::new(0),
+        idle: Notify::new(),
+        issued: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        plan,
+    });
+    let mut traffic = tokio::spawn(arrivals(run.clone()));
+    let mut ticks =
+        tokio::time::interval_at(run.start + Duration::from_secs(1), Duration::from_secs(1));
+    let mut stats = plan::StatsPoller::new(run.plan.stats_url.clone());
+    let mut traffic_end: Option<Duration> = None;
+    let mut shown = 0;
+    loop {
+        tokio::select! {
+            _ = shutdown.wait() => break,
+            _ = ticks.tick() => {
+                let second = run.second(Instant::now()).saturating_sub(1);
+                let depth = stats.depth().await;
+                let ports = tally::ports(run.plan.target.addr);
+                run.tally().observe(second, depth, ports.as_ref());
+                for s in shown..=second {
+                    row(&run.tally().row(s));
+                }
+                shown = second + 1;
+            }
+            _ = &mut traffic, if traffic_end.is_none() => {
+                traffic_end = Some(run.start.elapsed());
+            }
+            _ = run.idle.notified(), if traffic_end.is_some() => {}
+        }
+        let Some(end) = traffic_end else { continue };
+        let elapsed = run.start.elapsed();
+        if run.inflight.load(Relaxed) == 0 && elapsed >= run.plan.watch {
+            break;
+        }
+        if elapsed >= run.plan.watch.max(end) + run.plan.grace() {
+            break; // requests still in flight past every deadline: the report says so
+        }
+    }
+    run.stop.store(true, Relaxed);
+    traffic.abort();
+    let ports_after = tally::ports(run.plan.target.addr);
+    let last = run.tally().seconds();
+    for s in shown..last {
+        row(&run.tally().row(s));
+    }
+    let elapsed = run.start.elapsed();
+    let traffic = traffic_end.unwrap_or(elapsed);
+    let inflight = run.inflight.load(Relaxed);
+    let tally = run.tally();
+    tally.report(
+        &run.plan,
+        elapsed,
+        traffic,
+        inflight,
+        ports_before,
+        ports_after,
+    )
+}
+
+/// Sends the plan's traffic; returns when its window or count is over.
+async fn arrivals(run: Arc<Run>) {
+    match run.plan.arrivals.clone() {
+        Arrivals::Closed { connections } => {
+            let workers = match &run.plan.sessions {
+                Some(sessions) => sessions.count as usize,
+                None => connections,
+            };
+            let workers: Vec<_> = (0..workers)
+                .map(|worker| {
+                    let run = run.clone();
+                    tokio::spawn(async move {
+                        let mut slot = None;
+                        // With sessions, worker i is session i and sends its share.
+                        let session = run.plan.sessions.as_ref().map(|_| worker as u64);
+                        let quota = run.plan.sessions.as_ref().and_then(|s| s.per_session);
+                        let mut sent = 0;
+                        while !run.stop.load(Relaxed)
+                            && run.start.elapsed() < run.plan.duration
+                            && quota.is_none_or(|q| sent < q)
+                        {
+                            let Some(seq) = run.next() else { break };
+                            transaction(&run, &mut slot, Instant::now(), seq, session).await;
+                            sent += 1;
+                        }
+                    })
+                })
+                .collect();
+            for worker in workers {
+                let _ = worker.await;
+            }
+        }
+        Arrivals::Open { .. } => {
+            // Every millisecond, issue the requests whose intended instants passed:
+            // the k-th is due when the offered count (the rate's integral) reaches k.
+            let mut ticks = tokio::time::interval(Duration::from_millis(1));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let (mut t0, mut owed0) = (Duration::ZERO, 0.0);
+            let mut issued = 0u64;
+            loop {
+                ticks.tick().await;
+                let t1 = run.start.elapsed().min(run.plan.duration);
+                let owed1 = owed0 + run.plan.offered(t0, t1);
+                // The epsilon keeps float sums from dropping the last request of a window.
+                while (issued as f64) + 1.0 <= owed1 + 1e-6 {
+                    let k = (issued + 1) as f64;
+                    let frac = if owed1 > owed0 {
+                        ((k - owed0) / (owed1 - owed0)).clamp(0.0, 1.0)
+                    } else {
+                        1.0
+                    };
+                    let intended = run.start + t0 + (t1 - t0).mul_f64(frac);
+                    issued += 1;
+                    let Some(seq) = run.next() else { return };
+                    open_request(&run, intended, seq);
+                }
+                (t0, owed0) = (t1, owed1);
+                if t1 >= run.plan.duration || run.stop.load(Relaxed) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One open-loop request on a pooled connection, in its own task.
+fn open_request(run: &Arc<Run>, intended: Instant, seq: u64) {
+    if run.inflight.load(Relaxed) >= run.plan.max_inflight {
+        let mut tally = run.tally();
+        let s = run.second(intended);
+        tally.sent(s, false);
+        tally.outcome(s, intended, Outcome::failed(Kind::Overload), None);
+        return;
+    }
+    let run = run.clone();
+    tokio::spawn(async move {
+        let mut slot = run
+            .pool
+            .lock()
+            .expect("no code panics holding the pool")
+            .pop();
+        let session = run.plan.session_of(seq);
+        transaction(&run, &mut slot, intended, seq, session).await;
+        if let Some(conn) = slot {
+            run.pool
+                .lock()
+                .expect("no code panics holding the pool")
+                .push(conn);
+        }
+    });
+}
+
+/// One transaction: the request and its retries, recorded.
+async fn transaction(
+    run: &Run,
+    slot: &mut Option<Conn>,
+    intended: Instant,
+    seq: u64,
+    session: Option<u64>,
+) {
+    run.inflight.fetch_add(1, Relaxed);
+    let plan = &run.plan;
+    let mut attempt = 0;
+    loop {
+        let started = Instant::now();
+        run.tally().sent(run.second(started), attempt > 0);
+        let exchange = exchange(plan, slot, seq, session);
+        let outcome = match plan.deadline {
+            Some(deadline) => match tokio::time::timeout(deadline, exchange).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    *slot = None; // abandoned mid-request: the connection cannot be reused
+                    Outcome::failed(Kind::Timeout)
+                }
+            },
+            None => exchange.await,
+        };
+        let retry = outcome.retryable() && attempt < plan.retries && !run.stop.load(Relaxed);
+        run.tally()
+            .outcome(run.second(Instant::now()), intended, outcome, session);
+        if !retry {
+            break;
+        }
+        attempt += 1;
+        tokio::time::sleep(plan.retry_delay).await;
+    }
+    if plan.new_connection {
+        *slot = None;
+    }
+    if run.inflight.fetch_sub(1, Relaxed) == 1 {
+        run.idle.notify_one();
+    }
+}
+
+/// Sends one request on `slot` (dialling when empty) and reads the whole answer.
+async fn exchange(plan: &Plan, slot: &mut Option<Conn>, seq: u64, session: Option<u64>) -> Outcome {
+    if slot.as_ref().is_none_or(|c| c.is_closed()) {
+        match dial(plan.target.addr).await {
+            Ok(conn) => *slot = Some(conn),
+            Err(err) => return Outcome::failed(Kind::of_io(&err)),
+        }
+    }
+    let conn = slot.as_mut().expect("dialled above");
+    if conn.ready().await.is_err() {
+        *slot = None;
+        return Outcome::failed(Kind::Closed);
+    }
+    let response = match conn.send_request(plan.request(seq, session)).await {
+        Ok(response) => response,
+        Err(err) => {
+            *slot = None;
+            return Outcome::failed(Kind::of_hyper(&err));
+        }
+    };
+    let status = response.status();
+    let name = |h: &str| {
+        response
+            .headers()
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let (backend, instance) = (name("x-backend"), name("x-instance"));
+    let closing = response
+        .headers()
+        .get(header::CONNECTION)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+    let body = match response.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(err) => {
+            *slot = None;
+            let kind = match Kind::of_hyper(&err) {
+                Kind::Reset => Kind::Reset,
+                _ => Kind::Body,
+            };
+            return Outcome::failed(kind).named(backend, instance);
+        }
+    };
+    if closing {
+        *slot = None;
+    }
+    let kind = if !status.is_success() {
+        Some(Kind::Status(status.as_u16()))
+    } else if plan
+        .expect_body
+        .as_ref()
+        .is_some_and(|text| !memchr_contains(&body, text.as_bytes()))
+    {
+        Some(Kind::BadBody)
+    } else {
+        None
+    };
+    Outcome {
+        error: kind,
+        backend,
+        instance,
+    }
+}
+
+fn memchr_contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn dial(addr: SocketAddr) -> io::Result<Conn> {
+    let stream = TcpStream::connect(addr).await?;
+    let _ = stream.set_nodelay(true);
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(io::Error::other)?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+/// A request for the plan; used by [`Plan::request`].
+fn build(plan: &Plan, seq: u64, session: Option<u64>) -> Request<Full<Bytes>> {
+    let mut request = Request::builder()
+        .method(plan.method.clone())
+        .uri(plan.target.path.as_str())
+        .header(header::HOST, plan.target.host.as_str())
+        .header(header::USER_AGENT, "snag-load");
+    for (name, value) in &plan.headers {
+        request = request.header(name, value);
+    }
+    if let Some(name) = &plan.txn_header {
+        request = request.header(name, format!("{:016x}-{seq}", plan.seed));
+    }
+    if let Some(session) = session {
+        request = match &plan.sessions {
+            Some(Sessions {
+                cookie: Some(name), ..
+            }) => request.header(header::COOKIE, format!("{name}=s{session}")),
+            Some(Sessions { header, .. }) => request.header(header, format!("s{session}")),
+            None => request,
+        };
+    }
+    request
+        .body(Full::new(plan.body.clone()))
+        .expect("method, headers and path were validated when the plan was made")
+}

@@ -1,0 +1,296 @@
+//! `snag load` on the command line: the plan from flags, a row a second, the summary.
+
+use bytes::Bytes;
+
+use super::{Arrivals, Kind, Plan, Report, Row, Sessions, Shape, Target};
+use crate::{UsageError, cli::LoadArgs, shutdown::Shutdown};
+
+/// Runs `snag load` until its plan is done or `shutdown`.
+pub async fn main(args: LoadArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+    let json = args.json;
+    let plan = plan(args).await?;
+    if !json {
+        say!("{}", describe(&plan));
+        say!("{}", Row::header());
+    }
+    let report = super::run(plan, shutdown, |row| {
+        if !json {
+            say!("{}", row.line());
+        }
+    })
+    .await;
+    if json {
+        say!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        report.print();
+    }
+    Ok(())
+}
+
+async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {
+    let usage = |why: String| anyhow::Error::from(UsageError(why));
+    let target = Target::resolve(&args.url).await.map_err(usage)?;
+    if let Some(watch) = args.watch
+        && watch < args.duration
+    {
+        return Err(usage(format!(
+            "--watch {watch:?} is shorter than --duration {:?}; it is the whole observation, traffic included",
+            args.duration
+        )));
+    }
+    let arrivals = match args.rate {
+        Some(rate) if !(rate.is_finite() && rate > 0.0) => {
+            return Err(usage(format!("--rate {rate}: must be a number above 0")));
+        }
+        Some(rate) => {
+            if let Some(Shape::Step { to, .. } | Shape::Ramp { to, .. }) = args.shape
+                && to > args.duration
+            {
+                return Err(usage(format!(
+                    "--shape ends at {to:?}, after the traffic window (--duration {:?})",
+                    args.duration
+                )));
+            }
+            Arrivals::Open {
+                rate,
+                shape: args.shape,
+            }
+        }
+        None => Arrivals::Closed {
+            connections: args.connections as usize,
+        },
+    };
+    let stats_url = match &args.stats_url {
+        Some(url) => Some(Target::resolve(url).await.map_err(usage)?),
+        None => None,
+    };
+    let seed = args.seed.unwrap_or_else(crate::seed::fresh);
+    let mut plan = Plan::new(target);
+    plan.method = args.method;
+    plan.headers = args.headers;
+    plan.body = args.body.map(Bytes::from).unwrap_or_default();
+    plan.arrivals = arrivals;
+    plan.duration = args.duration;
+    plan.requests = args.requests;
+    plan.sessions = args.sessions.map(|count| Sessions {
+        count,
+        per_session: args.per_session,
+        header: args.session_header,
+        cookie: args.session_cookie,
+    });
+    plan.deadline = args.deadline;
+    plan.retries = args.retries;
+    plan.retry_delay = args.retry_delay;
+    plan.txn_header = args.txn_header;
+    plan.new_connection = args.new_connection;
+    plan.expect_body = args.expect_body;
+    plan.stats_url = stats_url;
+    plan.watch = args.watch.unwrap_or(args.duration);
+    plan.max_inflight = args.max_inflight;
+    plan.seed = seed;
+    Ok(plan)
+}
+
+/// The run in one line, as it starts.
+fn describe(plan: &Plan) -> String {
+    let arrivals = match &plan.arrivals {
+        Arrivals::Closed { connections } => match &plan.sessions {
+            Some(s) => format!("closed loop, {} sessions (one connection each)", s.count),
+            None => format!("closed loop, {connections} connections"),
+        },
+        Arrivals::Open { rate, shape } => {
+            let shape = match shape {
+                Some(Shape::Step { peak, from, to }) => {
+                    format!(", {peak}/s from {from:?} to {to:?}")
+                }
+                Some(Shape::Ramp {
+                    low,
+                    high,
+                    from,
+                    to,
+                }) => format!(", ramp {low}/s → {high}/s from {from:?} to {to:?}"),
+                None => String::new(),
+            };
+            format!("open loop, {rate}/s{shape}")
+        }
+    };
+    let mut line = format!(
+        "snag load: {} http://{}{} for {:?}",
+        arrivals, plan.target.host, plan.target.path, plan.duration
+    );
+    if plan.watch > plan.duration {
+        line += &format!(", watching {:?}", plan.watch);
+    }
+    if let Some(d) = plan.deadline {
+        line += &format!(", deadline {d:?}");
+    }
+    if plan.retries > 0 {
+        line += &format!(", {} retries after {:?}", plan.retries, plan.retry_delay);
+    }
+    line + &format!(" (seed {})", plan.seed)
+}
+
+fn count(kinds: &std::collections::BTreeMap<Kind, u64>, pick: impl Fn(Kind) -> bool) -> u64 {
+    kinds
+        .iter()
+        .filter(|(k, _)| pick(**k))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+impl Row {
+    /// The table's header.
+    pub fn header() -> String {
+        format!(
+            "{:>4} {:>8} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6} {:>9} {:>8} {:>6} {:>9}",
+            "s",
+            "offered",
+            "sent",
+            "ok",
+            "timeout",
+            "refused",
+            "reset",
+            "http",
+            "other",
+            "gen",
+            "retry",
+            "mean ms",
+            "p99 ms",
+            "depth",
+            "TIME_WAIT"
+        )
+    }
+
+    /// One line of the table.
+    pub fn line(&self) -> String {
+        let e = &self.errors;
+        format!(
+            "{:>4} {:>8} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6} {:>9} {:>8} {:>6} {:>9}",
+            self.second,
+            opt(self.offered, 0),
+            self.sent,
+            self.ok,
+            count(e, |k| k == Kind::Timeout),
+            count(e, |k| k == Kind::Refused),
+            count(e, |k| k == Kind::Reset),
+            count(e, |k| matches!(k, Kind::Status(_))),
+            count(e, |k| matches!(
+                k,
+                Kind::Closed | Kind::Body | Kind::BadBody | Kind::Other
+            )),
+            count(e, Kind::generator),
+            self.retries,
+            opt(self.mean_ms, 1),
+            opt(self.p99_ms, 1),
+            self.depth.map_or("-".into(), |d| d.to_string()),
+            self.time_wait.map_or("-".into(), |t| t.to_string()),
+        )
+    }
+}
+
+impl Report {
+    /// The end-of-run summary for people.
+    pub fn print(&self) {
+        say!();
+        let offered = self
+            .offered
+            .map_or(String::new(), |o| format!("offered {o}, "));
+        say!(
+            "requests   {offered}sent {} (retries {}), ok {}, errors {} ({} service, {} generator), {:.1} ok/s{}",
+            self.sent,
+            self.retries,
+            self.ok,
+            self.errors,
+            self.service_errors,
+            self.generator_errors,
+            self.requests_per_s,
+            if self.unfinished > 0 {
+                format!(", {} still in flight at the end", self.unfinished)
+            } else {
+                String::new()
+            }
+        );
+        let l = &self.latency_ms;
+        say!(
+            "latency    p50 {} ms, p90 {} ms, p99 {} ms, p99.9 {} ms, max {} ms (from intended send time)",
+            opt(l.p50, 2),
+            opt(l.p90, 2),
+            opt(l.p99, 2),
+            opt(l.p99_9, 2),
+            opt(l.max, 2)
+        );
+        if !self.errors_by_kind.is_empty() {
+            let kinds: Vec<String> = self
+                .errors_by_kind
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            say!("errors     {}", kinds.join(", "));
+        }
+        if self.errors_by_kind.contains_key(&Kind::Ports) {
+            say!(
+                "           the generator ran out of ephemeral ports (EADDRNOTAVAIL): those failures are the generator's, not the service's"
+            );
+        }
+        if !self.backends.is_empty() {
+            say!(
+                "{:<10} {:>10} {:>11} {:>8}",
+                "backend",
+                "x-backend",
+                "x-instance",
+                "share"
+            );
+            for b in &self.backends {
+                say!(
+                    "{:<10} {:>10} {:>11} {:>7.1}%",
+                    b.name,
+                    b.by_backend,
+                    b.by_instance,
+                    b.share_percent
+                );
+            }
+        }
+        for d in &self.disagreements {
+            say!(
+                "warning: {} answers said x-backend {} but x-instance {}",
+                d.answers,
+                d.backend,
+                d.instance
+            );
+        }
+        if !self.sessions.is_empty() {
+            let spread = self
+                .sessions
+                .iter()
+                .filter(|s| s.backends.len() > 1)
+                .count();
+            say!(
+                "sessions   {} sessions, {} on one backend each{}",
+                self.sessions.len(),
+                self.sessions.len() - spread,
+                if spread > 0 {
+                    format!(", {spread} spread over several")
+                } else {
+                    String::new()
+                }
+            );
+        }
+        match &self.ports {
+            Some(p) => say!(
+                "ports      towards {}: TIME_WAIT {} before, {} after (peak {}); in use peak {} of {} ({} left after)",
+                p.dest,
+                p.time_wait_before,
+                p.time_wait_after,
+                p.peak_time_wait,
+                p.peak_in_use,
+                p.pool,
+                p.headroom_after
+            ),
+            None => say!("ports      could not read sockets on this system"),
+        }
+    }
+}

@@ -1,0 +1,587 @@
+//! What a load run counted: per-second rows, latency histograms, errors by kind,
+//! answers per backend, sessions, and the port pool before, during and after.
+
+use std::{collections::BTreeMap, fmt, io, net::SocketAddr, time::Duration};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::plan::{Arrivals, Plan};
+use crate::ports;
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// No full answer within the deadline (or a connect timeout).
+    Timeout,
+    /// ECONNREFUSED.
+    Refused,
+    /// ECONNRESET or EPIPE.
+    Reset,
+    /// The connection closed before a response.
+    Closed,
+    /// A response with a status outside 2xx.
+    Status(u16),
+    /// The body broke off.
+    Body,
+    /// A 2xx whose body lacks the expected text.
+    BadBody,
+    /// EADDRNOTAVAIL: the generator's ephemeral ports are exhausted.
+    Ports,
+    /// EMFILE/ENFILE: the generator is out of descriptors.
+    Descriptors,
+    /// The open loop had too many requests in flight and did not send this one.
+    Overload,
+    /// Anything else.
+    Other,
+}
+
+impl Kind {
+    /// Whether the generator failed, not the service.
+    pub fn generator(self) -> bool {
+        matches!(self, Kind::Ports | Kind::Descriptors | Kind::Overload)
+    }
+
+    /// Classifies a socket error.
+    pub fn of_io(err: &io::Error) -> Kind {
+        match err.raw_os_error() {
+            Some(libc_errno::ECONNREFUSED) => Kind::Refused,
+            Some(libc_errno::EADDRNOTAVAIL) => Kind::Ports,
+            Some(libc_errno::ECONNRESET | libc_errno::EPIPE) => Kind::Reset,
+            Some(libc_errno::ETIMEDOUT) => Kind::Timeout,
+            Some(libc_errno::EMFILE | libc_errno::ENFILE) => Kind::Descriptors,
+            _ => match err.kind() {
+                io::ErrorKind::ConnectionRefused => Kind::Refused,
+                io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe => Kind::Reset,
+                io::ErrorKind::TimedOut => Kind::Timeout,
+                io::ErrorKind::UnexpectedEof => Kind::Closed,
+                io::ErrorKind::AddrNotAvailable => Kind::Ports,
+                _ => Kind::Other,
+            },
+        }
+    }
+
+    /// Classifies an HTTP client error by the socket error under it, if any.
+    pub fn of_hyper(err: &hyper::Error) -> Kind {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+        while let Some(e) = source {
+            if let Some(io) = e.downcast_ref::<io::Error>() {
+                return Kind::of_io(io);
+            }
+            source = e.source();
+        }
+        if err.is_incomplete_message() || err.is_closed() || err.is_canceled() {
+            Kind::Closed
+        } else if err.is_timeout() {
+            Kind::Timeout
+        } else {
+            Kind::Other
+        }
+    }
+}
+
+/// errno values, named as in C (nix's `Errno` as plain numbers for matching).
+mod libc_errno {
+    use nix::errno::Errno;
+    pub const ECONNREFUSED: i32 = Errno::ECONNREFUSED as i32;
+    pub const EADDRNOTAVAIL: i32 = Errno::EADDRNOTAVAIL as i32;
+    pub const ECONNRESET: i32 = Errno::ECONNRESET as i32;
+    pub const EPIPE: i32 = Errno::EPIPE as i32;
+    pub const ETIMEDOUT: i32 = Errno::ETIMEDOUT as i32;
+    pub const EMFILE: i32 = Errno::EMFILE as i32;
+    pub const ENFILE: i32 = Errno::ENFILE as i32;
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kind::Timeout => f.write_str("timeout"),
+            Kind::Refused => f.write_str("refused"),
+            Kind::Reset => f.write_str("reset"),
+            Kind::Closed => f.write_str("closed"),
+            Kind::Status(code) => write!(f, "http {code}"),
+            Kind::Body => f.write_str("body"),
+            Kind::BadBody => f.write_str("bad body"),
+            Kind::Ports => f.write_str("ports exhausted (generator)"),
+            Kind::Descriptors => f.write_str("descriptors exhausted (generator)"),
+            Kind::Overload => f.write_str("too many in flight (generator)"),
+            Kind::Other => f.write_str("other"),
+        }
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// How one attempt ended.
+#[derive(Debug)]
+pub(super) struct Outcome {
+    pub(super) error: Option<Kind>,
+    pub(super) backend: Option<String>,
+    pub(super) instance: Option<String>,
+}
+
+impl Outcome {
+    pub(super) fn failed(kind: Kind) -> Outcome {
+        Outcome {
+            error: Some(kind),
+            backend: None,
+            instance: None,
+        }
+    }
+
+    pub(super) fn named(self, backend: Option<String>, instance: Option<String>) -> Outcome {
+        Outcome {
+            backend,
+            instance,
+            ..self
+        }
+    }
+
+    /// Transport failures and timeouts are retried; an HTTP answer is not.
+    pub(super) fn retryable(&self) -> bool {
+        self.error.is_some_and(|k| {
+            !matches!(
+                k,
+                Kind::Status(_) | Kind::BadBody | Kind::Overload | Kind::Descriptors
+            )
+        })
+    }
+}
+
+/// One second of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Seconds since the start.
+    pub second: usize,
+    /// Open loop: requests offered in this second.
+    pub offered: Option<f64>,
+    /// Attempts sent in this second, retries included.
+    pub sent: u64,
+    /// Of those, retries.
+    pub retries: u64,
+    /// Successes completed in this second.
+    pub ok: u64,
+    /// Failures completed in this second, by kind.
+    pub errors: BTreeMap<Kind, u64>,
+    /// Mean latency of this second's successes, ms from the intended send time.
+    pub mean_ms: Option<f64>,
+    /// Their 99th percentile, ms.
+    pub p99_ms: Option<f64>,
+    /// Queue depth read from the stats URL (-1: unreadable).
+    pub depth: Option<i64>,
+    /// Sockets towards the target in TIME_WAIT, from any process.
+    pub time_wait: Option<usize>,
+}
+
+struct Second {
+    sent: u64,
+    retries: u64,
+    ok: u64,
+    errors: BTreeMap<Kind, u64>,
+    latency: Histogram<u64>,
+    depth: Option<i64>,
+    ports: Option<ports::Destination>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds are valid")
+}
+
+/// Microseconds to milliseconds, rounded to the microsecond.
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// The running counts.
+pub(super) struct Tally {
+    seconds: Vec<Second>,
+    offered: Vec<f64>,
+    latency: Histogram<u64>,
+    errors: BTreeMap<Kind, u64>,
+    answers: BTreeMap<(Option<String>, Option<String>), u64>,
+    sessions: BTreeMap<u64, BTreeMap<String, u64>>,
+    sent: u64,
+    retries: u64,
+    ok: u64,
+}
+
+impl Tally {
+    pub(super) fn new(plan: &Plan) -> Tally {
+        let seconds = match plan.arrivals {
+            Arrivals::Open { .. } => plan.duration.as_secs_f64().ceil() as u64,
+            Arrivals::Closed { .. } => 0,
+        };
+        let offered = (0..seconds)
+            .map(|s| {
+                let from = Duration::from_secs(s);
+                plan.offered(from, (from + Duration::from_secs(1)).min(plan.duration))
+            })
+            .collect();
+        Tally {
+            seconds: Vec::new(),
+            offered,
+            latency: histogram(),
+            errors: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            sent: 0,
+            retries: 0,
+            ok: 0,
+        }
+    }
+
+    fn at(&mut self, second: usize) -> &mut Second {
+        while self.seconds.len() <= second {
+            self.seconds.push(Second {
+                sent: 0,
+                retries: 0,
+                ok: 0,
+                errors: BTreeMap::new(),
+                latency: histogram(),
+                depth: None,
+                ports: None,
+            });
+        }
+        &mut self.seconds[second]
+    }
+
+    pub(super) fn sent(&mut self, second: usize, retry: bool) {
+        let s = self.at(second);
+        s.sent += 1;
+        s.retries += u64::from(retry);
+        self.sent += 1;
+        self.retries += u64::from(retry);
+    }
+
+    pub(super) fn outcome(
+        &mut self,
+        second: usize,
+        intended: Instant,
+        outcome: Outcome,
+        session: Option<u64>,
+    ) {
+        let s = self.at(second);
+        match outcome.error {
+            None => {
+                let us = intended.elapsed().as_micros().max(1) as u64;
+                s.ok += 1;
+                s.latency.saturating_record(us);
+                self.latency.saturating_record(us);
+                self.ok += 1;
+            }
+            Some(kind) => {
+                *s.errors.entry(kind).or_default() += 1;
+                *self.errors.entry(kind).or_default() += 1;
+            }
+        }
+        if let Some(session) = session
+            && let Some(name) = outcome.backend.as_ref().or(outcome.instance.as_ref())
+        {
+            *self
+                .sessions
+                .entry(session)
+                .or_default()
+                .entry(name.clone())
+                .or_default() += 1;
+        }
+        if outcome.backend.is_some() || outcome.instance.is_some() {
+            *self
+                .answers
+                .entry((outcome.backend, outcome.instance))
+                .or_default() += 1;
+        }
+    }
+
+    pub(super) fn observe(
+        &mut self,
+        second: usize,
+        depth: Option<i64>,
+        ports: Option<&ports::Destination>,
+    ) {
+        let s = self.at(second);
+        s.depth = depth;
+        s.ports = ports.cloned();
+    }
+
+    /// Seconds with anything in them.
+    pub(super) fn seconds(&self) -> usize {
+        self.seconds.len()
+    }
+
+    pub(super) fn row(&self, second: usize) -> Row {
+        let offered = self.offered.get(second).copied();
+        let Some(s) = self.seconds.get(second) else {
+            return Row {
+                second,
+                offered,
+                sent: 0,
+                retries: 0,
+                ok: 0,
+                errors: BTreeMap::new(),
+                mean_ms: None,
+                p99_ms: None,
+                depth: None,
+                time_wait: None,
+            };
+        };
+        let latency = (s.ok > 0).then_some(&s.latency);
+        Row {
+            second,
+            offered,
+            sent: s.sent,
+            retries: s.retries,
+            ok: s.ok,
+            errors: s.errors.clone(),
+            mean_ms: latency.map(|h| h.mean() / 1000.0),
+            p99_ms: latency.map(|h| ms(h.value_at_quantile(0.99))),
+            depth: s.depth,
+            time_wait: s.ports.as_ref().map(|p| p.time_wait),
+        }
+    }
+
+    pub(super) fn report(
+        &self,
+        plan: &Plan,
+        elapsed: Duration,
+        traffic: Duration,
+        unfinished: u64,
+        before: Option<ports::Destination>,
+        after: Option<ports::Destination>,
+    ) -> Report {
+        let rows = (0..self.seconds.len()).map(|s| self.row(s)).collect();
+        let mut backends: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        let mut disagreements = Vec::new();
+        for ((backend, instance), n) in &self.answers {
+            if let Some(b) = backend {
+                backends.entry(b.clone()).or_default().0 += n;
+            }
+            if let Some(i) = instance {
+                backends.entry(i.clone()).or_default().1 += n;
+            }
+            if let (Some(b), Some(i)) = (backend, instance)
+                && b != i
+            {
+                disagreements.push(Disagreement {
+                    backend: b.clone(),
+                    instance: i.clone(),
+                    answers: *n,
+                });
+            }
+        }
+        let named: u64 = self.answers.values().sum();
+        let backends = backends
+            .into_iter()
+            .map(|(name, (by_backend, by_instance))| Share {
+                share_percent: 100.0 * by_backend.max(by_instance) as f64 / named.max(1) as f64,
+                name,
+                by_backend,
+                by_instance,
+            })
+            .collect();
+        let sessions = self
+            .sessions
+            .iter()
+            .map(|(session, seen)| SessionReport {
+                session: format!("s{session}"),
+                requests: seen.values().sum(),
+                backends: seen.clone(),
+            })
+            .collect();
+        let generator_errors = self
+            .errors
+            .iter()
+            .filter(|(k, _)| k.generator())
+            .map(|(_, n)| n)
+            .sum();
+        let errors: u64 = self.errors.values().sum();
+        let h = &self.latency;
+        let pct = |q: f64| (self.ok > 0).then(|| ms(h.value_at_quantile(q)));
+        Report {
+            target: format!("http://{}{}", plan.target.host, plan.target.path),
+            mode: match plan.arrivals {
+                Arrivals::Closed { .. } => "closed",
+                Arrivals::Open { .. } => "open",
+            },
+            elapsed_s: elapsed.as_secs_f64(),
+            offered: matches!(plan.arrivals, Arrivals::Open { .. })
+                .then(|| plan.offered(Duration::ZERO, plan.duration).round() as u64),
+            sent: self.sent,
+            retries: self.retries,
+            ok: self.ok,
+            errors,
+            service_errors: errors - generator_errors,
+            generator_errors,
+            unfinished,
+            errors_by_kind: self.errors.clone(),
+            requests_per_s: self.ok as f64 / traffic.as_secs_f64().max(1e-3),
+            latency_ms: Latency {
+                p50: pct(0.5),
+                p90: pct(0.9),
+                p99: pct(0.99),
+                p99_9: pct(0.999),
+                max: (self.ok > 0).then(|| ms(h.max())),
+                mean: (self.ok > 0).then(|| h.mean() / 1000.0),
+            },
+            backends,
+            disagreements,
+            sessions,
+            ports: before.zip(after).map(|(before, after)| {
+                let peak = self
+                    .seconds
+                    .iter()
+                    .filter_map(|s| s.ports.as_ref())
+                    .chain([&before, &after])
+                    .fold((0, 0), |(u, t), p| {
+                        (u.max(p.ports_in_use), t.max(p.time_wait))
+                    });
+                Ports {
+                    dest: after.dest,
+                    pool: (after.headroom + after.ports_in_use as i64).max(0) as u64,
+                    time_wait_before: before.time_wait,
+                    time_wait_after: after.time_wait,
+                    in_use_before: before.ports_in_use,
+                    in_use_after: after.ports_in_use,
+                    peak_in_use: peak.0,
+                    peak_time_wait: peak.1,
+                    headroom_after: after.headroom,
+                }
+            }),
+            rows,
+        }
+    }
+}
+
+/// This destination's share of the port pool now; `None` where sockets cannot be read.
+pub(super) fn ports(dest: SocketAddr) -> Option<ports::Destination> {
+    let sockets = ports::sockets().ok()?;
+    let limits = ports::Limits::read().ok()?;
+    ports::report(&sockets, limits, Some(dest))
+        .destinations
+        .into_iter()
+        .next()
+}
+
+/// Latency percentiles of successes, ms from the intended send time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: Option<f64>,
+    /// 90th percentile.
+    pub p90: Option<f64>,
+    /// 99th.
+    pub p99: Option<f64>,
+    /// 99.9th.
+    pub p99_9: Option<f64>,
+    /// Slowest.
+    pub max: Option<f64>,
+    /// Mean.
+    pub mean: Option<f64>,
+}
+
+/// Answers that named one backend, by the balancer's header and the instance's own.
+#[derive(Debug, Clone, Serialize)]
+pub struct Share {
+    /// The name.
+    pub name: String,
+    /// Answers with `x-backend: name`.
+    pub by_backend: u64,
+    /// Answers with `x-instance: name`.
+    pub by_instance: u64,
+    /// Of all named answers, percent.
+    pub share_percent: f64,
+}
+
+/// Answers where the balancer and the instance named different backends.
+#[derive(Debug, Clone, Serialize)]
+pub struct Disagreement {
+    /// `x-backend`.
+    pub backend: String,
+    /// `x-instance`.
+    pub instance: String,
+    /// How many answers.
+    pub answers: u64,
+}
+
+/// Where one session's requests went.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionReport {
+    /// Its key.
+    pub session: String,
+    /// Answers that named a backend.
+    pub requests: u64,
+    /// Answers per backend.
+    pub backends: BTreeMap<String, u64>,
+}
+
+/// The target's share of the ephemeral port pool, before, during and after.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ports {
+    /// The destination.
+    pub dest: SocketAddr,
+    /// Ephemeral ports per destination.
+    pub pool: u64,
+    /// Sockets towards it in TIME_WAIT before the run.
+    pub time_wait_before: usize,
+    /// After.
+    pub time_wait_after: usize,
+    /// Ports in use towards it before.
+    pub in_use_before: usize,
+    /// After.
+    pub in_use_after: usize,
+    /// The most in use at any sample.
+    pub peak_in_use: usize,
+    /// The most in TIME_WAIT at any sample.
+    pub peak_time_wait: usize,
+    /// Ports left after.
+    pub headroom_after: i64,
+}
+
+/// A whole run's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The URL.
+    pub target: String,
+    /// `closed` or `open`.
+    pub mode: &'static str,
+    /// How long the run took, traffic and watch.
+    pub elapsed_s: f64,
+    /// Open loop: requests offered.
+    pub offered: Option<u64>,
+    /// Attempts sent, retries included.
+    pub sent: u64,
+    /// Of those, retries.
+    pub retries: u64,
+    /// Successes.
+    pub ok: u64,
+    /// Failures.
+    pub errors: u64,
+    /// Failures that are the service's.
+    pub service_errors: u64,
+    /// Failures that are the generator's (ports, descriptors, overload).
+    pub generator_errors: u64,
+    /// Transactions still in flight when the run ended.
+    pub unfinished: u64,
+    /// Failures by kind.
+    pub errors_by_kind: BTreeMap<Kind, u64>,
+    /// Successes per second of traffic (until the last request was sent).
+    pub requests_per_s: f64,
+    /// Latency of successes.
+    pub latency_ms: Latency,
+    /// Answers per backend.
+    pub backends: Vec<Share>,
+    /// Where `x-backend` and `x-instance` disagree.
+    pub disagreements: Vec<Disagreement>,
+    /// Where each session went.
+    pub sessions: Vec<SessionReport>,
+    /// The port pool; `None` where sockets cannot be read.
+    pub ports: Option<Ports>,
+    /// Every second.
+    pub rows: Vec<Row>,
+}
