@@ -610,3 +610,65 @@ rm -f "$out""#
     assert_eq!(report["service_errors"], 0);
     assert_eq!(report["generator_errors"], 21);
 }
+
+#[tokio::test]
+async fn balancer_and_backend_speak_http2_and_drain_through_the_admin_route() {
+    within(20, async {
+        let (a, _) = start_backend("a", |_| {}).await;
+        let (b, _) = start_backend("b", |_| {}).await;
+        let (lb, balancer) =
+            start_balancer(config(&[("a", a, 1), ("b", b, 1)], Strategy::Rr)).await;
+        let h2 = common::curl(
+            &format!("http://{a}/"),
+            &["--http2-prior-knowledge", "-D", "/dev/stderr"],
+        )
+        .await;
+        assert_eq!((h2.exit, h2.status, h2.version.as_str()), (0, 200, "2"));
+        assert!(h2.stderr.contains("x-instance: a"), "{}", h2.stderr);
+        let h2 = common::curl(
+            &format!("http://{lb}/"),
+            &["--http2-prior-knowledge", "-D", "/dev/stderr"],
+        )
+        .await;
+        assert_eq!((h2.exit, h2.status, h2.version.as_str()), (0, 200, "2"));
+        assert!(h2.stderr.contains("x-backend: "), "{}", h2.stderr);
+
+        let drained = http(lb, "POST", "/lb-admin/backends/b/drain", "", &[]).await;
+        assert_eq!(drained.status, 200);
+        for _ in 0..6 {
+            assert_eq!(
+                http(lb, "GET", "/", "", &[]).await.header("x-backend"),
+                Some("a")
+            );
+        }
+        let t = transitions(&balancer, "b");
+        assert_eq!(
+            (t[0]["to"].as_str(), t[0]["why"].as_str()),
+            (Some("draining"), Some("drain"))
+        );
+        assert_eq!(
+            http(lb, "DELETE", "/lb-admin/backends/b/drain", "", &[])
+                .await
+                .status,
+            200
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..4 {
+            seen.insert(
+                http(lb, "GET", "/", "", &[])
+                    .await
+                    .header("x-backend")
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert_eq!(
+            http(lb, "POST", "/lb-admin/backends/zz/drain", "", &[])
+                .await
+                .status,
+            404
+        );
+    })
+    .await;
+}
