@@ -276,26 +276,33 @@ async fn consistent_hash_remaps_only_the_removed_backends_keys() {
 }
 
 #[tokio::test]
-async fn hash_on_a_session_header_keeps_each_session_on_one_backend() {
+async fn hash_on_a_session_header_or_cookie_keeps_each_session_on_one_backend() {
     within(20, async {
         let mut specs = Vec::new();
         for id in ["a", "b", "c"] {
             specs.push((id, start_backend(id, |_| {}).await.0, 1));
         }
-        let (lb, _) = start_balancer(config(&specs, Strategy::Hash)).await;
-        let mut p = plan(lb, "/").await;
-        p.sessions = Some(Sessions {
-            count: 4,
-            per_session: Some(50),
-            header: "x-session".parse().unwrap(),
-            cookie: None,
-        });
-        let report = load(p).await;
-        assert_eq!(report.ok, 200);
-        assert_eq!(report.sessions.len(), 4);
-        for s in &report.sessions {
-            assert_eq!(s.requests, 50);
-            assert_eq!(s.backends.len(), 1, "{s:?}");
+        let mut by_cookie = config(&specs, Strategy::Hash);
+        by_cookie.hash_key = "cookie:sid".parse().unwrap();
+        for (cfg, cookie) in [
+            (config(&specs, Strategy::Hash), None),
+            (by_cookie, Some("sid")),
+        ] {
+            let (lb, _) = start_balancer(cfg).await;
+            let mut p = plan(lb, "/").await;
+            p.sessions = Some(Sessions {
+                count: 4,
+                per_session: Some(50),
+                header: "x-session".parse().unwrap(),
+                cookie: cookie.map(String::from),
+            });
+            let report = load(p).await;
+            assert_eq!(report.ok, 200);
+            assert_eq!(report.sessions.len(), 4);
+            for s in &report.sessions {
+                assert_eq!(s.requests, 50);
+                assert_eq!(s.backends.len(), 1, "{cookie:?}: {s:?}");
+            }
         }
     })
     .await;
