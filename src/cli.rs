@@ -39,6 +39,27 @@ pub enum Command {
     Balancer(Box<BalancerArgs>),
     /// A load generator, closed or open loop, that tells its failures from the service's.
     Load(Box<LoadArgs>),
+    /// Run the documented balancer and load cases end to end, and report.
+    Case(CaseArgs),
+}
+
+/// `snag case`.
+#[derive(Debug, Args)]
+pub struct CaseArgs {
+    /// `list`, `all`, or case names separated by commas (e.g. share-rr,sticky).
+    pub name: String,
+    /// The balancer under test.
+    #[arg(long, default_value = "builtin", value_parser = ["builtin"])]
+    pub balancer: String,
+    /// Shorter runs (for CI) that keep each property meaningful.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the HTML report and one JSON file per case go.
+    #[arg(long, default_value = "reports")]
+    pub report_dir: PathBuf,
+    /// Seed for every random choice; printed when not given.
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 /// `snag backend`.

@@ -352,30 +352,52 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
     if req.version() == Version::HTTP_2 {
         conn.h2.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-    let path = (class == Scope::Probe).then(|| req.uri().path().to_string());
-    let arrived = tokio::time::Instant::now();
+    // A probe whose request is dropped never gets a status: the guard records it
+    // with status 0 when the client gives up and this future is dropped.
+    let mut probe = (class == Scope::Probe).then(|| ProbeRecord {
+        proxy: proxy.clone(),
+        path: req.uri().path().to_string(),
+        arrived: tokio::time::Instant::now(),
+        status: 0,
+    });
     let reply = respond(req, conn, number, &faults).await;
     let status = reply.as_ref().map_or(0, |r| r.status().as_u16());
     if status > 0 {
         counters.response(status);
     }
-    if let Some(path) = path {
-        let latency_ms = (arrived.elapsed().as_secs_f64() * 1e6).round() / 1e3;
-        proxy.event(
+    if let Some(probe) = &mut probe {
+        probe.status = status;
+    }
+    reply
+}
+
+/// One health probe, recorded in the counters and the event log when it ends.
+struct ProbeRecord {
+    proxy: Arc<Proxy>,
+    path: String,
+    arrived: tokio::time::Instant,
+    /// 0 until a status is known.
+    status: u16,
+}
+
+impl Drop for ProbeRecord {
+    fn drop(&mut self) {
+        let latency_ms = (self.arrived.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+        let (path, status) = (std::mem::take(&mut self.path), self.status);
+        self.proxy.event(
             "probe",
             serde_json::json!({ "path": path, "status": status, "latency_ms": latency_ms }),
         );
         let unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        counters.probe(crate::events::Probe {
+        self.proxy.counters().probe(crate::events::Probe {
             unix_ms,
             path,
             status,
             latency_ms,
         });
     }
-    reply
 }
 
 async fn respond(

@@ -26,6 +26,7 @@ macro_rules! say {
 
 pub mod api;
 pub mod capture;
+pub mod case;
 pub mod cli;
 pub mod ctl;
 pub mod demo;
@@ -35,6 +36,7 @@ pub mod http;
 pub mod lab;
 pub mod ports;
 pub mod proxy;
+pub mod report;
 pub mod seed;
 pub mod shutdown;
 
@@ -61,6 +63,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
         Command::Backend(args) => lab::run_backend(args, shutdown).await,
         Command::Balancer(args) => lab::run_balancer(*args, shutdown).await,
         Command::Load(args) => lab::load::main(*args, shutdown).await,
+        Command::Case(args) => case::run(args, shutdown).await,
     }
 }
 

@@ -492,7 +492,15 @@ pub async fn serve(listener: TcpListener, balancer: Arc<Balancer>, shutdown: Shu
             tokio::spawn(async move {
                 let spec = &balancer.config.backends[index];
                 let target = spec.check.unwrap_or(spec.addr);
-                let mut ticks = tokio::time::interval(rules.interval);
+                // The first check comes at a seeded point within the first interval,
+                // as HAProxy spreads its checks: a failure then meets the checker at
+                // any phase, not always just after a check.
+                let mut rng =
+                    crate::seed::rng(balancer.config.seed, &[b"check", spec.id.as_bytes()]);
+                let phase = rules
+                    .interval
+                    .mul_f64(rand::RngExt::random::<f64>(&mut rng));
+                let mut ticks = tokio::time::interval_at(Instant::now() + phase, rules.interval);
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     tokio::select! {

@@ -18,8 +18,8 @@ pub enum Strategy {
     /// A hash of the client's address (all of it: on loopback nginx's /24 would put
     /// every client on one backend).
     IpHash,
-    /// A hash of the key modulo the backends, rehashed past unusable ones (nginx's
-    /// `hash`).
+    /// nginx's `hash`: CRC-32 of the key modulo the total weight, rehashed past
+    /// unusable backends.
     Hash,
     /// A ring with 160 points per unit of weight: removing a backend moves only its
     /// keys.
@@ -92,6 +92,7 @@ pub struct Selector {
     current: Vec<i64>,
     next: usize,
     ring: Vec<(u64, usize)>,
+    weights: Vec<u32>,
     rng: SmallRng,
 }
 
@@ -117,6 +118,7 @@ impl Selector {
             current: vec![0; backends.len()],
             next: 0,
             ring,
+            weights: backends.iter().map(|(_, w)| (*w).max(1)).collect(),
             rng,
         }
     }
@@ -139,13 +141,26 @@ impl Selector {
             (Strategy::Least, _) => self.least(candidates),
             (Strategy::Random2, _) => self.random2(candidates),
             (Strategy::IpHash | Strategy::Hash, Some(key)) => {
-                let mut h = hash(key);
-                for _ in 0..REHASHES {
-                    let index = (h % candidates.len() as u64) as usize;
+                // nginx's `hash`: CRC32 of the key, modulo the total configured
+                // weight, walked through the backends by weight; rehashed with the
+                // attempt number when the one it lands on is unusable.
+                let total: u64 = self.weights.iter().map(|&w| u64::from(w)).sum();
+                let mut h = crc32(key, 0);
+                for attempt in 0..REHASHES {
+                    let mut w = u64::from(h) % total.max(1);
+                    let index = self
+                        .weights
+                        .iter()
+                        .position(|&weight| {
+                            let hit = w < u64::from(weight);
+                            w = w.saturating_sub(u64::from(weight));
+                            hit
+                        })
+                        .unwrap_or(0);
                     if candidates[index].usable {
                         return Some(index);
                     }
-                    h = mix(h);
+                    h = crc32(&(attempt + 1).to_le_bytes(), h);
                 }
                 self.smooth(candidates)
             }
@@ -232,9 +247,17 @@ fn hash(key: &[u8]) -> u64 {
     crate::seed::hash(0, &[key])
 }
 
-/// The next probe of a rehashing strategy.
-fn mix(h: u64) -> u64 {
-    crate::seed::hash(h, &[])
+/// CRC-32 (IEEE, as zlib and nginx's `ngx_crc32_long`) of `bytes`, continuing from
+/// `crc` (0 to start).
+fn crc32(bytes: &[u8], crc: u32) -> u32 {
+    let mut crc = !crc;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0xEDB8_8320 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
 }
 
 #[cfg(test)]
@@ -331,6 +354,25 @@ mod tests {
         c[first].usable = false;
         let second = s.pick(&c, Some(b"k")).unwrap();
         assert_ne!(second, first);
+    }
+
+    #[test]
+    fn crc32_matches_zlib() {
+        assert_eq!(crc32(b"123456789", 0), 0xCBF4_3926);
+        assert_eq!(crc32(b"6789", crc32(b"12345", 0)), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn hash_walks_the_weights_like_nginx() {
+        // zlib.crc32(b"s0") % 4 … for s0..s3 is 2, 0, 2, 0: with weights 2, 1, 1
+        // (slots 0-1 → a, 2 → b, 3 → c) that is b, a, b, a.
+        let mut s = selector(Strategy::Hash, &[2, 1, 1]);
+        let c = up(&[2, 1, 1]);
+        let picks: Vec<_> = ["s0", "s1", "s2", "s3"]
+            .iter()
+            .map(|k| s.pick(&c, Some(k.as_bytes())).unwrap())
+            .collect();
+        assert_eq!(picks, [1, 0, 1, 0]);
     }
 
     #[test]

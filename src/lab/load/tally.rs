@@ -424,6 +424,7 @@ impl Tally {
             latency_ms: Latency {
                 p50: pct(0.5),
                 p90: pct(0.9),
+                p95: pct(0.95),
                 p99: pct(0.99),
                 p99_9: pct(0.999),
                 max: (self.ok > 0).then(|| ms(h.max())),
@@ -475,6 +476,8 @@ pub struct Latency {
     pub p50: Option<f64>,
     /// 90th percentile.
     pub p90: Option<f64>,
+    /// 95th.
+    pub p95: Option<f64>,
     /// 99th.
     pub p99: Option<f64>,
     /// 99.9th.

@@ -1,0 +1,594 @@
+//! The bench a case runs on: it starts the parts, keeps the evidence, and stops
+//! everything it started when the case ends.
+
+use std::{
+    io::IsTerminal,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::Context;
+use tokio::{net::TcpListener, time::Instant};
+
+use super::Case;
+use crate::{
+    fault::{
+        ProbeRules,
+        file::{Action, ProxySpec, Scenario},
+    },
+    lab::{
+        backend::{self, Backend},
+        balancer::{self, BackendSpec, Balancer, HashKey, select::Strategy},
+        load::{self, Plan, Target},
+    },
+    proxy::{Mode, Options, Proxy},
+    report::{CaseReport, Check, Event, Run, Verdict},
+    shutdown::Shutdown,
+};
+
+/// One backend of the case, with the interposer in front of it.
+#[derive(Debug, Clone)]
+pub struct Part {
+    /// Its name: the backend's id, the interposer's and the balancer's for it.
+    pub name: String,
+    /// The backend itself.
+    pub backend: Arc<Backend>,
+    /// Where the backend listens.
+    pub backend_addr: SocketAddr,
+    /// The interposer.
+    pub proxy: Arc<Proxy>,
+    /// Its data listener: where the balancer sends requests.
+    pub data: SocketAddr,
+    /// Its probe listener: where the balancer sends health checks.
+    pub probe: SocketAddr,
+}
+
+/// Data requests each interposer had relayed, sampled every 100 ms.
+#[derive(Debug, Clone)]
+struct Sample {
+    at_s: f64,
+    data: Vec<u64>,
+}
+
+/// A running balancer, which a case may stop and start again.
+#[derive(Debug)]
+pub struct BalancerHandle {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its state.
+    pub balancer: Arc<Balancer>,
+    /// Seconds into the case when it started.
+    pub started_s: f64,
+    stop: Shutdown,
+}
+
+/// The parts and evidence of one case.
+pub struct Bench {
+    case: &'static Case,
+    /// Whether the case runs shortened.
+    pub quick: bool,
+    /// Seed of every random choice.
+    pub seed: u64,
+    shutdown: Shutdown,
+    t0: Instant,
+    report: CaseReport,
+    parts: Vec<Part>,
+    balancers: Vec<BalancerHandle>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    parts_s: f64,
+}
+
+/// A change of a backend's state, as the balancer logged it.
+#[derive(Debug, Clone)]
+pub struct Transition {
+    /// Seconds into the case.
+    pub at_s: f64,
+    /// The state it left.
+    pub from: String,
+    /// The state it entered.
+    pub to: String,
+    /// Why.
+    pub why: String,
+}
+
+impl Bench {
+    /// A bench for `case`; `shutdown` stops it from outside (Ctrl-C).
+    pub fn new(case: &'static Case, seed: u64, quick: bool, shutdown: Shutdown) -> Bench {
+        Bench {
+            case,
+            quick,
+            seed,
+            t0: Instant::now(),
+            report: CaseReport {
+                name: case.name.into(),
+                source: case.source.into(),
+                property: case.property.into(),
+                reference: case.reference.into(),
+                verdict: Verdict::Pass,
+                checks: Vec::new(),
+                figures: Vec::new(),
+                notes: Vec::new(),
+                events: Vec::new(),
+                shares: Vec::new(),
+                runs: Vec::new(),
+                interposers: serde_json::Value::Null,
+                balancer: serde_json::Value::Null,
+                elapsed_s: 0.0,
+                seed,
+            },
+            shutdown,
+            parts: Vec::new(),
+            balancers: Vec::new(),
+            samples: Arc::default(),
+            parts_s: 0.0,
+        }
+    }
+
+    /// Seconds into the case of offset `at` (full-length seconds) on the fault
+    /// file's timeline.
+    pub fn timeline_s(&self, at: f64) -> f64 {
+        self.parts_s + self.secs(at).as_secs_f64()
+    }
+
+    /// Backend `name`'s state changes, as the latest balancer logged them.
+    pub fn transitions(&self, name: &str) -> Vec<Transition> {
+        let Some(handle) = self.balancers.last() else {
+            return Vec::new();
+        };
+        let stats = handle.balancer.stats();
+        stats["backends"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["id"] == name)
+            .flat_map(|b| b["transitions"].as_array().cloned().unwrap_or_default())
+            .map(|t| Transition {
+                at_s: handle.started_s + t["at_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+                from: t["from"].as_str().unwrap_or_default().into(),
+                to: t["to"].as_str().unwrap_or_default().into(),
+                why: t["why"].as_str().unwrap_or_default().into(),
+            })
+            .collect()
+    }
+
+    /// A bench for one run within this case, on fresh parts, stopped with it.
+    pub fn sub(&self) -> Bench {
+        Bench::new(self.case, self.seed, self.quick, self.shutdown.child())
+    }
+
+    /// Ends `sub` and keeps its runs and events, on this case's clock.
+    pub async fn absorb(&mut self, sub: Bench) {
+        let offset = sub.t0.saturating_duration_since(self.t0).as_secs_f64();
+        let report = sub.finish(Ok(())).await;
+        for mut run in report.runs {
+            run.started_s += offset;
+            self.report.runs.push(run);
+        }
+        for mut event in report.events {
+            event.at_s += offset;
+            self.report.events.push(event);
+        }
+        self.report.checks.extend(report.checks);
+        self.report.notes.extend(report.notes);
+        if self.report.balancer.is_null() {
+            self.report.balancer = report.balancer;
+        }
+    }
+
+    /// `seconds` of the full case, shortened by `--quick`.
+    pub fn secs(&self, seconds: f64) -> Duration {
+        Duration::from_secs_f64(seconds * if self.quick { self.case.quick } else { 1.0 })
+    }
+
+    /// Seconds since the case started.
+    pub fn now_s(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// Starts one backend per id, each behind an interposer in HTTP mode with a probe
+    /// listener; `faults` is a case file from `faults/` whose proxies, named after the
+    /// backends, give their faults and timeline (played from now). Backends the file
+    /// does not name get an interposer without faults.
+    pub async fn parts(
+        &mut self,
+        ids: &[&str],
+        faults: Option<&'static str>,
+        tune: impl Fn(&str, &mut backend::Config),
+    ) -> anyhow::Result<Vec<Part>> {
+        let file = match faults {
+            Some(text) => {
+                crate::fault::file::parse(&format!("faults/case-{}.toml", self.case.name), text)?
+            }
+            None => Scenario {
+                seed: None,
+                proxies: Vec::new(),
+                capture: None,
+            },
+        };
+        if let Some(stray) = file
+            .proxies
+            .iter()
+            .find(|p| !ids.contains(&p.name.as_str()))
+        {
+            anyhow::bail!(
+                "the case file names a proxy {:?} the case has no backend for",
+                stray.name
+            );
+        }
+        let mut backends = Vec::new();
+        for id in ids {
+            let mut config = backend::Config::new(id);
+            tune(id, &mut config);
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            let addr = listener.local_addr()?;
+            let backend = Backend::new(config);
+            tokio::spawn(backend::serve(
+                listener,
+                backend.clone(),
+                self.shutdown.clone(),
+            ));
+            backends.push((id.to_string(), addr, backend));
+        }
+        let scale = if self.quick { self.case.quick } else { 1.0 };
+        let mut scenario = Scenario {
+            seed: None,
+            proxies: Vec::new(),
+            capture: None,
+        };
+        for (id, addr, _) in &backends {
+            let mut spec = file
+                .proxies
+                .iter()
+                .find(|p| &p.name == id)
+                .cloned()
+                .unwrap_or_else(|| ProxySpec {
+                    name: id.clone(),
+                    listen: "127.0.0.1:0".parse().expect("valid"),
+                    upstream: String::new(),
+                    faults: Vec::new(),
+                    timeline: Vec::new(),
+                    mode: Mode::Http,
+                    probe: ProbeRules::default(),
+                    probe_listen: None,
+                    id_headers: None,
+                    instance: None,
+                });
+            spec.upstream = addr.to_string();
+            spec.listen = "127.0.0.1:0".parse().expect("valid");
+            spec.probe_listen = Some("127.0.0.1:0".parse().expect("valid"));
+            spec.mode = Mode::Http;
+            spec.instance = Some(id.clone());
+            for change in &mut spec.timeline {
+                change.at = change.at.mul_f64(scale);
+                let what = match &change.action {
+                    Action::Add(f) => format!("{id}: add {} ({})", describe(f), scope(f)),
+                    Action::Remove(name) => format!("{id}: remove {name}"),
+                    Action::Drain(d) => format!("{id}: drain ({:?})", d.mode),
+                    Action::Undrain => format!("{id}: undrain"),
+                };
+                self.report.events.push(Event {
+                    at_s: self.now_s() + change.at.as_secs_f64(),
+                    what,
+                });
+            }
+            for f in &spec.faults {
+                self.report.events.push(Event {
+                    at_s: self.now_s(),
+                    what: format!("{id}: {} ({}) from the start", describe(f), scope(f)),
+                });
+            }
+            scenario.proxies.push(spec);
+        }
+        let options = Options::default();
+        self.parts_s = self.now_s();
+        let running = crate::start(&scenario, self.seed, &options, &self.shutdown)?;
+        for ((name, backend_addr, backend), r) in backends.into_iter().zip(running) {
+            self.parts.push(Part {
+                name,
+                backend,
+                backend_addr,
+                proxy: r.proxy,
+                data: r.addr,
+                probe: r
+                    .probe_addr
+                    .context("the interposer has a probe listener")?,
+            });
+        }
+        self.sample();
+        Ok(self.parts.clone())
+    }
+
+    /// Samples every interposer's data requests every 100 ms until the case ends.
+    fn sample(&self) {
+        let (parts, samples, shutdown, t0) = (
+            self.parts.clone(),
+            self.samples.clone(),
+            self.shutdown.clone(),
+            self.t0,
+        );
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tokio::select! {
+                    _ = shutdown.wait() => return,
+                    _ = ticks.tick() => {}
+                }
+                let data = parts
+                    .iter()
+                    .map(|p| {
+                        p.proxy
+                            .counters()
+                            .snapshot()
+                            .requests
+                            .get("data")
+                            .copied()
+                            .unwrap_or(0)
+                    })
+                    .collect();
+                samples
+                    .lock()
+                    .expect("no code panics holding the samples")
+                    .push(Sample {
+                        at_s: t0.elapsed().as_secs_f64(),
+                        data,
+                    });
+            }
+        });
+    }
+
+    /// Data requests interposer `name` relayed between `from_s` and `to_s` (seconds
+    /// into the case), as far as 100 ms samples tell: the samples nearest inside.
+    pub fn data_between(&self, name: &str, from_s: f64, to_s: f64) -> u64 {
+        let index = self
+            .parts
+            .iter()
+            .position(|p| p.name == name)
+            .expect("a part of this case");
+        let samples = self
+            .samples
+            .lock()
+            .expect("no code panics holding the samples");
+        let first = samples.iter().find(|s| s.at_s >= from_s);
+        let last = samples.iter().rev().find(|s| s.at_s <= to_s);
+        match (first, last) {
+            (Some(a), Some(b)) if b.at_s >= a.at_s => b.data[index] - a.data[index],
+            _ => 0,
+        }
+    }
+
+    /// Starts the reference balancer over the parts: data to each interposer's data
+    /// listener, health checks to its probe listener.
+    pub async fn balancer(
+        &mut self,
+        tune: impl FnOnce(&mut balancer::Config),
+    ) -> anyhow::Result<(SocketAddr, Arc<Balancer>)> {
+        let mut config = balancer::Config {
+            backends: self
+                .parts
+                .iter()
+                .map(|p| BackendSpec {
+                    id: p.name.clone(),
+                    addr: p.data,
+                    weight: 1,
+                    check: Some(p.probe),
+                })
+                .collect(),
+            strategy: Strategy::Rr,
+            hash_key: HashKey::Header("x-session".parse().expect("valid")),
+            health: None,
+            max_fails: 0,
+            fail_timeout: Duration::from_secs(10),
+            slow_start: Duration::ZERO,
+            retries: 0,
+            timeout: Duration::from_secs(10),
+            seed: self.seed,
+        };
+        tune(&mut config);
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let balancer = Balancer::new(config);
+        let stop = self.shutdown.child();
+        tokio::spawn(balancer::serve(listener, balancer.clone(), stop.clone()));
+        self.balancers.push(BalancerHandle {
+            addr,
+            balancer: balancer.clone(),
+            started_s: self.now_s(),
+            stop,
+        });
+        Ok((addr, balancer))
+    }
+
+    /// Stops the latest balancer, as if its process died: no listener, every client
+    /// connection dropped.
+    pub fn kill_balancer(&mut self) {
+        if let Some(b) = self.balancers.last() {
+            b.stop.trigger();
+            self.event("balancer killed");
+        }
+    }
+
+    /// A plan against `addr` with the case's seed and a 2 s deadline, so that no
+    /// request outlives the case.
+    pub fn plan(&self, addr: SocketAddr, path: &str) -> Plan {
+        let mut plan = Plan::new(Target {
+            addr,
+            host: addr.to_string(),
+            path: path.into(),
+        });
+        plan.seed = self.seed;
+        plan.deadline = Some(Duration::from_secs(2));
+        plan
+    }
+
+    /// Runs the generator, printing progress once a second, and keeps its report.
+    pub async fn load(&mut self, label: &str, plan: Plan) -> load::Report {
+        let started_s = self.now_s();
+        let tty = std::io::stderr().is_terminal();
+        let (name, total) = (self.case.name, plan.watch.max(plan.duration).as_secs_f64());
+        let (mut sent, mut ok, mut errors) = (0, 0, 0);
+        let report = load::run(plan, self.shutdown.clone(), |row| {
+            sent += row.sent;
+            ok += row.ok;
+            errors += row.errors.values().sum::<u64>();
+            let line = format!(
+                "{name} · {label}: {:>3} of {total:.0} s, sent {sent}, ok {ok}, errors {errors}",
+                (row.second + 1).min(total.ceil() as usize)
+            );
+            if tty {
+                eprint!("\r{line:<78}");
+            } else {
+                eprintln!("{line}");
+            }
+        })
+        .await;
+        if tty {
+            eprint!("\r{:78}\r", "");
+        }
+        self.report.runs.push(Run {
+            label: label.into(),
+            started_s,
+            load: report.clone(),
+        });
+        report
+    }
+
+    /// Records an assertion of the property.
+    pub fn check(&mut self, what: impl Into<String>, passed: bool, detail: impl Into<String>) {
+        self.report.checks.push(Check {
+            what: what.into(),
+            passed,
+            detail: detail.into(),
+        });
+    }
+
+    /// Records a figure: a label and a value with its unit.
+    pub fn figure(&mut self, label: impl Into<String>, value: impl Into<String>) {
+        self.report.figures.push((label.into(), value.into()));
+    }
+
+    /// Records something a reader should know.
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.report.notes.push(note.into());
+    }
+
+    /// Records an event now.
+    pub fn event(&mut self, what: impl Into<String>) {
+        let at_s = self.now_s();
+        self.report.events.push(Event {
+            at_s,
+            what: what.into(),
+        });
+    }
+
+    /// Waits until `cond` holds, checking every 10 ms, for at most `limit`; whether it did.
+    pub async fn wait_for(&self, limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            if cond() {
+                return true;
+            }
+            if Instant::now() >= deadline || self.shutdown.is_triggered() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits `d` (the behaviour under test: a phase of the case), or less on Ctrl-C.
+    pub async fn pause(&self, d: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = self.shutdown.wait() => {}
+        }
+    }
+
+    /// Ends the case: gathers the balancer's transitions and the interposers'
+    /// accounting, decides the verdict, and stops every part.
+    pub async fn finish(mut self, result: anyhow::Result<()>) -> CaseReport {
+        if let Err(err) = result {
+            self.report.verdict = Verdict::Error;
+            self.report
+                .notes
+                .push(format!("the case could not run: {err:#}"));
+        } else if self.shutdown.is_triggered() {
+            self.report.verdict = Verdict::Error;
+            self.report.notes.push("interrupted".into());
+        }
+        for handle in &self.balancers {
+            let stats = handle.balancer.stats();
+            for b in stats["backends"].as_array().into_iter().flatten() {
+                for t in b["transitions"].as_array().into_iter().flatten() {
+                    self.report.events.push(Event {
+                        at_s: handle.started_s + t["at_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+                        what: format!(
+                            "balancer: {} {} → {} ({})",
+                            b["id"].as_str().unwrap_or("?"),
+                            t["from"].as_str().unwrap_or("?"),
+                            t["to"].as_str().unwrap_or("?"),
+                            t["why"].as_str().unwrap_or("")
+                        ),
+                    });
+                }
+            }
+            self.report.balancer = stats;
+        }
+        self.report.events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        let mut shares: Vec<(String, u64)> = Vec::new();
+        for run in &self.report.runs {
+            for s in &run.load.backends {
+                match shares.iter_mut().find(|(n, _)| *n == s.name) {
+                    Some((_, n)) => *n += s.by_backend.max(s.by_instance),
+                    None => shares.push((s.name.clone(), s.by_backend.max(s.by_instance))),
+                }
+            }
+        }
+        shares.retain(|(n, _)| n != "none");
+        shares.sort();
+        let total: u64 = shares.iter().map(|(_, n)| n).sum();
+        self.report.shares = shares
+            .into_iter()
+            .map(|(n, c)| (n, 100.0 * c as f64 / total.max(1) as f64))
+            .collect();
+        self.report.interposers = self
+            .parts
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    serde_json::to_value(p.proxy.counters().snapshot()).unwrap_or_default(),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        self.report.elapsed_s = self.now_s();
+        self.report.decide();
+        self.shutdown.trigger();
+        self.report
+    }
+}
+
+fn describe(f: &crate::fault::Fault) -> String {
+    let attributes = f.kind.attributes_json();
+    let attributes = match attributes.as_object() {
+        Some(map) if !map.is_empty() => {
+            let parts: Vec<String> = map.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!(" {}", parts.join(" "))
+        }
+        _ => String::new(),
+    };
+    let toxicity = if f.toxicity < 1.0 {
+        format!(" toxicity={}", f.toxicity)
+    } else {
+        String::new()
+    };
+    format!("{}{attributes}{toxicity}", f.name)
+}
+
+fn scope(f: &crate::fault::Fault) -> &'static str {
+    match f.scope {
+        crate::fault::Scope::Any => "any path",
+        crate::fault::Scope::Data => "data path",
+        crate::fault::Scope::Probe => "probe path",
+    }
+}

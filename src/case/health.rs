@@ -1,0 +1,213 @@
+//! Health checks against faults on one path only: seeds/001's exclusion and rejoin,
+//! and the probe blind spots of DESIGN.md — a lossy probe path (false eviction) and
+//! a failing data path the probes cannot see.
+
+use std::time::Duration;
+
+use super::{Bench, Case, share::summary};
+use crate::lab::{balancer::HealthCheck, load::Arrivals};
+
+/// The cases in this file.
+pub const CASES: &[Case] = &[
+    Case {
+        name: "health-exclude",
+        source: "seeds/001",
+        property: "an instance answering 503 on its health path leaves rotation within one check interval (plus the check's timeout) and rejoins once healthy",
+        reference: "checks every 100 ms: B never appears again once its check fails ([A, C, A, C, A, C]) and rejoins at the next interval after recovery",
+        quick: 0.5,
+        run: |b| Box::pin(health_exclude(b)),
+    },
+    Case {
+        name: "probe-loss",
+        source: "DESIGN.md",
+        property: "with 30% of health checks to b lost and its data path healthy, a strict checker (fall 1) evicts b — a false eviction; one with fall 3 rides it out more often",
+        reference: "the question of DESIGN.md §1: does the balancer evict a healthy backend when only its probe path is lossy?",
+        quick: 0.5,
+        run: |b| Box::pin(probe_loss(b)),
+    },
+    Case {
+        name: "data-loss",
+        source: "DESIGN.md",
+        property: "with 30% of b's data requests failing 503 and its probes passing, the balancer keeps b in rotation while clients fail",
+        reference: "the question of DESIGN.md §1: does the balancer keep sending traffic to a backend whose probe passes while real requests fail?",
+        quick: 0.5,
+        run: |b| Box::pin(data_loss(b)),
+    },
+];
+
+fn checks(interval_ms: u64, fall: u32) -> HealthCheck {
+    HealthCheck {
+        interval: Duration::from_millis(interval_ms),
+        timeout: Duration::from_millis(200),
+        rise: 1,
+        fall,
+        path: "/health".into(),
+        expect_body: None,
+    }
+}
+
+async fn health_exclude(b: &mut Bench) -> anyhow::Result<()> {
+    let file = include_str!("../../faults/case-health-exclude.toml");
+    b.parts(&["a", "b", "c"], Some(file), |_, _| {}).await?;
+    let rules = checks(100, 1);
+    let slack = (rules.interval + rules.timeout).as_secs_f64();
+    let (lb, _) = b.balancer(|c| c.health = Some(rules)).await?;
+    let mut plan = b.plan(lb, "/");
+    plan.arrivals = Arrivals::Closed { connections: 6 };
+    plan.duration = b.secs(7.0);
+    let r = b.load("rr, checks every 100 ms", plan).await;
+    let (sick, well) = (b.timeline_s(2.0), b.timeline_s(5.0));
+    let t = b.transitions("b");
+    let down = t.iter().find(|t| t.to == "down" && t.at_s >= sick - 0.05);
+    let up = t.iter().find(|t| t.to == "up" && t.at_s >= well - 0.05);
+    match down {
+        Some(d) => b.check(
+            "b leaves rotation within interval + timeout of its first 503",
+            d.at_s - sick <= slack,
+            format!(
+                "{:.0} ms after the fault (limit {:.0} ms)",
+                (d.at_s - sick) * 1000.0,
+                slack * 1000.0
+            ),
+        ),
+        None => b.check(
+            "b leaves rotation",
+            false,
+            "the balancer never marked b down",
+        ),
+    }
+    let during = b.data_between("b", sick + slack + 0.1, well - 0.05);
+    b.check(
+        "no request reaches b while it is out",
+        during == 0 && down.is_some(),
+        format!(
+            "{during} data requests relayed to b between {:.1} s and {:.1} s",
+            sick + slack + 0.1,
+            well
+        ),
+    );
+    match up {
+        Some(u) => {
+            let after = b.data_between("b", u.at_s + 0.1, b.now_s());
+            b.check(
+                "b rejoins after it is healthy again, and is served",
+                u.at_s - well <= slack && after > 0,
+                format!(
+                    "back {:.0} ms after recovery; {after} requests since",
+                    (u.at_s - well) * 1000.0
+                ),
+            );
+        }
+        None => b.check("b rejoins", false, "the balancer never marked b up again"),
+    }
+    b.check(
+        "clients see no errors",
+        r.errors == 0,
+        format!("{} errors; b's data path never failed", r.errors),
+    );
+    b.figure("load", summary(&r));
+    Ok(())
+}
+
+async fn probe_loss(b: &mut Bench) -> anyhow::Result<()> {
+    let mut evictions = Vec::new();
+    for fall in [1, 3] {
+        let mut run = b.sub();
+        let file = include_str!("../../faults/case-probe-loss.toml");
+        let parts = run.parts(&["a", "b", "c"], Some(file), |_, _| {}).await?;
+        let (lb, _) = run.balancer(|c| c.health = Some(checks(100, fall))).await?;
+        let mut plan = run.plan(lb, "/");
+        plan.arrivals = Arrivals::Closed { connections: 6 };
+        plan.duration = run.secs(6.0);
+        let label = format!("checker with fall {fall}");
+        let r = run.load(&label, plan).await;
+        let downs = run
+            .transitions("b")
+            .iter()
+            .filter(|t| t.to == "down")
+            .count();
+        let stats = parts[1].proxy.counters().snapshot();
+        let lost = stats.probes.iter().filter(|p| p.status == 0).count();
+        let data_5xx = stats.responses.get("5xx").copied().unwrap_or(0);
+        let share = r
+            .backends
+            .iter()
+            .find(|s| s.name == "b")
+            .map_or(0.0, |s| s.share_percent);
+        b.figure(
+            label,
+            format!(
+                "b evicted {downs} times; {lost} of its last {} probes lost; b served {share:.1}% with {data_5xx} data errors; {}",
+                stats.probes.len(),
+                summary(&r)
+            ),
+        );
+        evictions.push((downs, r.errors, data_5xx));
+        b.absorb(run).await;
+    }
+    let (strict, tolerant) = (evictions[0], evictions[1]);
+    b.check(
+        "the strict checker evicts b although its data path is healthy (false eviction)",
+        strict.0 > 0 && strict.2 == 0,
+        format!("{} evictions, {} data errors at b", strict.0, strict.2),
+    );
+    b.check(
+        "clients see no errors: the loss is on the probe path only",
+        strict.1 == 0 && tolerant.1 == 0,
+        format!("{} and {} errors", strict.1, tolerant.1),
+    );
+    b.check(
+        "fall 3 evicts less often than fall 1",
+        tolerant.0 < strict.0,
+        format!("{} against {} evictions", tolerant.0, strict.0),
+    );
+    Ok(())
+}
+
+async fn data_loss(b: &mut Bench) -> anyhow::Result<()> {
+    let file = include_str!("../../faults/case-data-loss.toml");
+    let parts = b.parts(&["a", "b", "c"], Some(file), |_, _| {}).await?;
+    let (lb, _) = b.balancer(|c| c.health = Some(checks(100, 1))).await?;
+    let mut plan = b.plan(lb, "/");
+    plan.arrivals = Arrivals::Closed { connections: 6 };
+    plan.duration = b.secs(5.0);
+    let r = b.load("rr, checks every 100 ms", plan).await;
+    let t = b.transitions("b");
+    b.check(
+        "b is never taken out of rotation: its probes pass",
+        t.is_empty(),
+        format!("{} state changes", t.len()),
+    );
+    let client_503 = r
+        .errors_by_kind
+        .get(&crate::lab::load::Kind::Status(503))
+        .copied()
+        .unwrap_or(0);
+    let by_proxy: Vec<u64> = parts
+        .iter()
+        .map(|p| {
+            p.proxy
+                .counters()
+                .snapshot()
+                .responses
+                .get("5xx")
+                .copied()
+                .unwrap_or(0)
+        })
+        .collect();
+    b.check(
+        "clients fail, and every failure came from b",
+        client_503 > 0 && by_proxy[0] == 0 && by_proxy[2] == 0 && by_proxy[1] == client_503,
+        format!(
+            "{client_503} answers 503 at the client; 5xx relayed by a/b/c: {}/{}/{}",
+            by_proxy[0], by_proxy[1], by_proxy[2]
+        ),
+    );
+    let share = 100.0 * r.errors as f64 / r.sent.max(1) as f64;
+    b.figure(
+        "error share",
+        format!("{share:.1}% of requests (b's third × 30%: about 10%)"),
+    );
+    b.figure("load", summary(&r));
+    Ok(())
+}

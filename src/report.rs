@@ -1,0 +1,484 @@
+//! What a case showed, for people and machines: a terminal table per case and a
+//! summary, JSON per case, and one self-contained HTML page with inline SVG charts.
+//! Every figure here was put in by a case from measured evidence.
+
+use std::{fmt::Write as _, path::Path};
+
+use serde::Serialize;
+
+use crate::lab::load;
+
+/// Whether the property under test held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Every check held.
+    Pass,
+    /// A check failed, and the generator did not.
+    Fail,
+    /// A check failed while the generator itself failed (ports, descriptors,
+    /// overload): the run says nothing about the service.
+    GeneratorFailed,
+    /// The case could not run.
+    Error,
+}
+
+impl Verdict {
+    /// The word in tables.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::GeneratorFailed => "GENERATOR",
+            Verdict::Error => "ERROR",
+        }
+    }
+}
+
+/// One assertion of the property, from evidence.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What must hold.
+    pub what: String,
+    /// Whether it did.
+    pub passed: bool,
+    /// The figures it was decided on.
+    pub detail: String,
+}
+
+/// Something that happened during the case, at seconds from its start.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// Seconds since the case started.
+    pub at_s: f64,
+    /// What.
+    pub what: String,
+}
+
+/// One run of the load generator within a case.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    /// Its label within the case ("health off", "phase 2" …).
+    pub label: String,
+    /// Seconds since the case started when it began.
+    pub started_s: f64,
+    /// What it measured.
+    pub load: load::Report,
+}
+
+/// Everything a case reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseReport {
+    /// The case's name.
+    pub name: String,
+    /// The seed document it comes from.
+    pub source: String,
+    /// The property under test.
+    pub property: String,
+    /// What the source measured, as the reference.
+    pub reference: String,
+    /// The outcome.
+    pub verdict: Verdict,
+    /// The assertions.
+    pub checks: Vec<Check>,
+    /// Figures, in the order the case gave them: (label, value with unit).
+    pub figures: Vec<(String, String)>,
+    /// Things a reader should know (a product's limit, a surprise).
+    pub notes: Vec<String>,
+    /// Fault changes, state transitions and other events.
+    pub events: Vec<Event>,
+    /// Share of answers per backend, percent, over the whole case.
+    pub shares: Vec<(String, f64)>,
+    /// The generator's runs.
+    pub runs: Vec<Run>,
+    /// Each interposer's accounting at the end.
+    pub interposers: serde_json::Value,
+    /// The balancer's `/lb-stats` at the end.
+    pub balancer: serde_json::Value,
+    /// How long the case took, seconds.
+    pub elapsed_s: f64,
+    /// The seed of every random choice.
+    pub seed: u64,
+}
+
+impl CaseReport {
+    /// The verdict the checks give: any failure is a FAIL, unless the generator failed.
+    pub fn decide(&mut self) {
+        let failed = self.checks.iter().any(|c| !c.passed);
+        let generator = self.runs.iter().any(|r| r.load.generator_errors > 0);
+        self.verdict = match (self.verdict, failed, generator) {
+            (Verdict::Error, _, _) => Verdict::Error,
+            (_, false, _) if !self.checks.is_empty() => Verdict::Pass,
+            (_, false, _) => Verdict::Error,
+            (_, true, true) => Verdict::GeneratorFailed,
+            (_, true, false) => Verdict::Fail,
+        };
+    }
+
+    /// The case as a block of lines for the terminal.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "── {} ({}) ──", self.name, self.source);
+        let _ = writeln!(out, "   {}", self.property);
+        let width = self
+            .checks
+            .iter()
+            .map(|c| c.what.chars().count())
+            .max()
+            .unwrap_or(0);
+        for c in &self.checks {
+            let mark = if c.passed { "pass" } else { "FAIL" };
+            let _ = writeln!(out, "   {mark}  {:width$}  {}", c.what, c.detail);
+        }
+        let width = self
+            .figures
+            .iter()
+            .map(|(l, _)| l.chars().count())
+            .max()
+            .unwrap_or(0);
+        for (label, value) in &self.figures {
+            let _ = writeln!(out, "         {label:width$}  {value}");
+        }
+        if !self.shares.is_empty() {
+            let shares: Vec<String> = self
+                .shares
+                .iter()
+                .map(|(b, s)| format!("{b} {s:.1}%"))
+                .collect();
+            let _ = writeln!(out, "         shares  {}", shares.join(", "));
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "   note  {note}");
+        }
+        let _ = writeln!(out, "   reference  {}", self.reference);
+        let _ = writeln!(
+            out,
+            "   {}  in {:.1} s (seed {})",
+            self.verdict.word(),
+            self.elapsed_s,
+            self.seed
+        );
+        out
+    }
+}
+
+/// The summary table for several cases.
+pub fn summary(reports: &[CaseReport]) -> String {
+    let width = reports
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:width$}  {:9}  {:>6}  {:>7}  key figure",
+        "case", "verdict", "checks", "time"
+    );
+    for r in reports {
+        let passed = r.checks.iter().filter(|c| c.passed).count();
+        let key = r
+            .checks
+            .iter()
+            .find(|c| !c.passed)
+            .or(r.checks.first())
+            .map_or(String::new(), |c| c.detail.clone());
+        let _ = writeln!(
+            out,
+            "{:width$}  {:9}  {:>6}  {:>5.1} s  {}",
+            r.name,
+            r.verdict.word(),
+            format!("{passed}/{}", r.checks.len()),
+            r.elapsed_s,
+            key
+        );
+    }
+    let count = |v: Verdict| reports.iter().filter(|r| r.verdict == v).count();
+    let _ = writeln!(
+        out,
+        "{} cases: {} pass, {} fail, {} generator failures, {} errors",
+        reports.len(),
+        count(Verdict::Pass),
+        count(Verdict::Fail),
+        count(Verdict::GeneratorFailed),
+        count(Verdict::Error)
+    );
+    out
+}
+
+/// Writes `NAME.json` per case and `index.html` for all of them into `dir`.
+pub fn write(dir: &Path, reports: &[CaseReport]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for r in reports {
+        let json = serde_json::to_string_pretty(r).expect("reports serialise");
+        std::fs::write(dir.join(format!("{}.json", r.name)), json + "\n")?;
+    }
+    std::fs::write(dir.join("index.html"), html(reports))
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The whole report as one HTML page: no external files, no network.
+pub fn html(reports: &[CaseReport]) -> String {
+    let mut out = String::from(
+        r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>snag case report</title>
+<style>
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
+table { border-collapse: collapse; margin: .5em 0; }
+td, th { padding: .2em .8em; border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; }
+.pass { color: #176b2c; font-weight: bold; } .fail, .error, .generator-failed { color: #b00020; font-weight: bold; }
+section { border-top: 2px solid #444; margin-top: 2em; }
+svg { background: #fafafa; border: 1px solid #ddd; }
+td { white-space: nowrap; } td:last-child { white-space: normal; }
+.legend span { margin-right: 1.2em; } code { background: #f2f2f2; padding: 0 .2em; }
+</style></head><body>
+<h1>snag case report</h1>
+"#,
+    );
+    out += "<table><tr><th>case</th><th>verdict</th><th>checks</th><th>time</th><th>property</th></tr>\n";
+    for r in reports {
+        let passed = r.checks.iter().filter(|c| c.passed).count();
+        let _ = writeln!(
+            out,
+            "<tr><td><a href=\"#{0}\">{0}</a></td><td class=\"{1}\">{2}</td><td>{3}/{4}</td><td>{5:.1} s</td><td>{6}</td></tr>",
+            esc(&r.name),
+            serde_json::to_value(r.verdict)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+            r.verdict.word(),
+            passed,
+            r.checks.len(),
+            r.elapsed_s,
+            esc(&r.property)
+        );
+    }
+    out += "</table>\n";
+    for r in reports {
+        section(&mut out, r);
+    }
+    // Proves in a browser that every chart drew lines: the test that loads this page
+    // headless reads the mark this leaves on <body>.
+    out += r#"<script>
+(function () {
+  var lines = document.querySelectorAll('svg polyline');
+  var drawn = 0;
+  lines.forEach(function (l) { if (l.points.numberOfItems > 1 && l.getTotalLength() > 0) drawn++; });
+  document.body.setAttribute('data-charts', drawn + '/' + lines.length);
+})();
+</script>
+</body></html>
+"#;
+    out
+}
+
+fn section(out: &mut String, r: &CaseReport) {
+    let verdict_class = serde_json::to_value(r.verdict)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "<section id=\"{0}\"><h2>{0} <span class=\"{1}\">{2}</span></h2><p><b>{3}</b> — {4}</p>",
+        esc(&r.name),
+        verdict_class,
+        r.verdict.word(),
+        esc(&r.source),
+        esc(&r.property)
+    );
+    *out += "<table>";
+    for c in &r.checks {
+        let (class, word) = if c.passed {
+            ("pass", "pass")
+        } else {
+            ("fail", "FAIL")
+        };
+        let _ = write!(
+            out,
+            "<tr><td class=\"{class}\">{word}</td><td>{}</td><td>{}</td></tr>",
+            esc(&c.what),
+            esc(&c.detail)
+        );
+    }
+    for (label, value) in &r.figures {
+        let _ = write!(
+            out,
+            "<tr><td></td><td>{}</td><td>{}</td></tr>",
+            esc(label),
+            esc(value)
+        );
+    }
+    *out += "</table>\n";
+    for note in &r.notes {
+        let _ = writeln!(out, "<p>Note: {}</p>", esc(note));
+    }
+    let _ = writeln!(out, "<p>Reference: {}</p>", esc(&r.reference));
+    for run in &r.runs {
+        chart(out, r, run);
+    }
+    if !r.shares.is_empty() {
+        bars(out, &r.shares);
+    }
+    if !r.events.is_empty() {
+        *out += "<details><summary>events</summary><table>";
+        for e in &r.events {
+            let _ = write!(
+                out,
+                "<tr><td>{:.2} s</td><td>{}</td></tr>",
+                e.at_s,
+                esc(&e.what)
+            );
+        }
+        *out += "</table></details>\n";
+    }
+    let _ = writeln!(
+        out,
+        "<p>Seed {} · {:.1} s · JSON: <code>{}.json</code></p></section>",
+        r.seed,
+        r.elapsed_s,
+        esc(&r.name)
+    );
+}
+
+/// A per-second line chart of one run: offered, sent, ok, errors, and queue depth
+/// (on its own scale) with the case's events as vertical lines.
+fn chart(out: &mut String, r: &CaseReport, run: &Run) {
+    let rows = &run.load.rows;
+    if rows.len() < 2 {
+        return; // under a second: the figures say it all
+    }
+    let (w, h, left, bottom, top) = (860.0, 260.0, 50.0, 30.0, 20.0);
+    let n = rows.len().max(2) as f64;
+    let errors = |row: &load::Row| row.errors.values().sum::<u64>() as f64;
+    let series: [(&str, &str, Vec<f64>); 4] = [
+        (
+            "offered",
+            "#999",
+            rows.iter().map(|r| r.offered.unwrap_or(0.0)).collect(),
+        ),
+        (
+            "sent",
+            "#1f5fbf",
+            rows.iter().map(|r| r.sent as f64).collect(),
+        ),
+        ("ok", "#2a9d3f", rows.iter().map(|r| r.ok as f64).collect()),
+        ("errors", "#d0312d", rows.iter().map(errors).collect()),
+    ];
+    let depth: Vec<f64> = rows
+        .iter()
+        .map(|r| r.depth.unwrap_or(0).max(0) as f64)
+        .collect();
+    let max = series
+        .iter()
+        .flat_map(|(_, _, v)| v.iter().copied())
+        .fold(1.0, f64::max);
+    let max_depth = depth.iter().copied().fold(0.0, f64::max);
+    let x = |i: usize| left + (w - left - 10.0) * i as f64 / (n - 1.0);
+    let y = |v: f64, m: f64| top + (h - top - bottom) * (1.0 - v / m);
+    let _ = writeln!(
+        out,
+        "<h3>{}</h3><svg width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\">",
+        esc(&run.label)
+    );
+    for k in 0..=4 {
+        let v = max * k as f64 / 4.0;
+        let _ = write!(
+            out,
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{1:.1}\" y2=\"{1:.1}\" stroke=\"#e4e4e4\"/><text x=\"4\" y=\"{2:.1}\" font-size=\"10\">{3:.0}</text>",
+            w - 10.0,
+            y(v, max),
+            y(v, max) + 3.0,
+            v
+        );
+    }
+    for (i, _) in rows.iter().enumerate().step_by((rows.len() / 12).max(1)) {
+        let _ = write!(
+            out,
+            "<text x=\"{:.1}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{i} s</text>",
+            x(i),
+            h - 10.0
+        );
+    }
+    // Events inside this run's window, shifted to its clock.
+    let end = run.started_s + rows.len() as f64;
+    for e in r
+        .events
+        .iter()
+        .filter(|e| e.at_s >= run.started_s && e.at_s <= end)
+    {
+        let ex = left + (w - left - 10.0) * (e.at_s - run.started_s) / (n - 1.0);
+        let _ = write!(
+            out,
+            "<line x1=\"{ex:.1}\" x2=\"{ex:.1}\" y1=\"{top}\" y2=\"{}\" stroke=\"#b36b00\" stroke-dasharray=\"3 3\"><title>{:.2} s: {}</title></line>",
+            h - bottom,
+            e.at_s,
+            esc(&e.what)
+        );
+    }
+    let mut polyline = |values: &[f64], m: f64, color: &str, dash: &str| {
+        let points: Vec<String> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v, m)))
+            .collect();
+        let _ = write!(
+            out,
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" stroke-dasharray=\"{dash}\" points=\"{}\"/>",
+            points.join(" ")
+        );
+    };
+    for (name, color, values) in &series {
+        if *name == "offered" && run.load.offered.is_none() {
+            continue;
+        }
+        polyline(
+            values,
+            max,
+            color,
+            if *name == "offered" { "6 4" } else { "" },
+        );
+    }
+    if max_depth > 0.0 {
+        polyline(&depth, max_depth, "#7a3fbf", "2 2");
+    }
+    *out += "</svg>\n<p class=\"legend\">";
+    for (name, color, _) in &series {
+        let _ = write!(out, "<span style=\"color:{color}\">■ {name}/s</span>");
+    }
+    if max_depth > 0.0 {
+        let _ = write!(
+            out,
+            "<span style=\"color:#7a3fbf\">■ queue depth (max {max_depth:.0}, own scale)</span>"
+        );
+    }
+    *out += "<span style=\"color:#b36b00\">┆ event (hover)</span></p>\n";
+}
+
+/// Horizontal bars of each backend's share.
+fn bars(out: &mut String, shares: &[(String, f64)]) {
+    let height = 24.0 * shares.len() as f64 + 10.0;
+    let _ = writeln!(
+        out,
+        "<svg width=\"520\" height=\"{height}\" viewBox=\"0 0 520 {height}\" role=\"img\">"
+    );
+    for (i, (name, share)) in shares.iter().enumerate() {
+        let yy = 5.0 + 24.0 * i as f64;
+        let _ = write!(
+            out,
+            "<text x=\"4\" y=\"{:.1}\" font-size=\"12\">{}</text><rect x=\"80\" y=\"{yy:.1}\" width=\"{:.1}\" height=\"18\" fill=\"#1f5fbf\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\">{share:.1}%</text>",
+            yy + 13.0,
+            esc(name),
+            3.6 * share,
+            86.0 + 3.6 * share,
+            yy + 13.0
+        );
+    }
+    *out += "</svg>\n";
+}

@@ -1,0 +1,165 @@
+//! Every documented case in `--quick` mode, through the real binary: each one's
+//! property holds on the evidence it measured, the JSON carries that evidence, and
+//! the HTML report draws its charts in a real browser (headless Chromium).
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+/// Runs `snag` with `args`, killing it (by its PID) if it outlives `limit`.
+fn snag(args: &[&str], limit: Duration) -> (i32, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_snag"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut out = String::new();
+            std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+            return (status.code().unwrap_or(-1), out);
+        }
+        if Instant::now() >= deadline {
+            child.kill().unwrap();
+            panic!("snag {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn json(dir: &Path, case: &str) -> serde_json::Value {
+    let path = dir.join(format!("{case}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn share(report: &serde_json::Value, backend: &str) -> f64 {
+    report["shares"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s[0] == backend)
+        .map_or(0.0, |s| s[1].as_f64().unwrap())
+}
+
+#[test]
+fn every_case_passes_in_quick_mode_and_its_report_renders() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("snag-cases-{}", std::process::id()));
+    let dir_arg = dir.to_str().unwrap();
+    let (code, stdout) = snag(
+        &[
+            "case",
+            "all",
+            "--quick",
+            "--seed",
+            "7",
+            "--report-dir",
+            dir_arg,
+        ],
+        Duration::from_secs(600),
+    );
+    let names: Vec<&str> = snag::case::catalogue().iter().map(|c| c.name).collect();
+    assert!(names.len() >= 11, "{names:?}");
+    let mut failed = Vec::new();
+    for name in &names {
+        let report = json(&dir, name);
+        if report["verdict"] != "pass" {
+            failed.push(format!("{name}: {:#}", report["checks"]));
+        }
+        assert!(
+            report["checks"].as_array().is_some_and(|c| !c.is_empty()),
+            "{name}"
+        );
+    }
+    assert!(failed.is_empty(), "{}\n{stdout}", failed.join("\n"));
+    assert_eq!(code, 0, "{stdout}");
+
+    // The evidence behind the verdicts, read back from the JSON.
+    let rr = json(&dir, "share-rr");
+    for b in ["a", "b", "c"] {
+        assert!(
+            (share(&rr, b) - 100.0 / 3.0).abs() <= 1.0,
+            "share-rr {b}: {}",
+            share(&rr, b)
+        );
+    }
+    let least = json(&dir, "slow-least");
+    let slow_run = &least["runs"][1]["load"]["backends"];
+    let c = slow_run
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "c");
+    assert!(
+        c.is_none_or(|c| c["share_percent"].as_f64().unwrap() < 5.0),
+        "{slow_run}"
+    );
+    let sticky = json(&dir, "sticky");
+    for s in sticky["runs"][0]["load"]["sessions"].as_array().unwrap() {
+        assert_eq!(s["backends"].as_object().unwrap().len(), 1, "{s}");
+    }
+    let exclude = json(&dir, "health-exclude");
+    let events: Vec<&str> = exclude["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["what"].as_str().unwrap())
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("balancer: b up → down")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("balancer: b down → up")),
+        "{events:?}"
+    );
+    let probe = json(&dir, "probe-loss");
+    assert_eq!(
+        probe["interposers"]["b"]["responses"]["5xx"]
+            .as_u64()
+            .unwrap_or(0),
+        0
+    );
+    let step = json(&dir, "spike-step");
+    let load = &step["runs"][0]["load"];
+    let (offered, sent) = (
+        load["offered"].as_u64().unwrap(),
+        load["sent"].as_u64().unwrap(),
+    );
+    assert!(
+        offered.abs_diff(sent) * 100 <= offered,
+        "{offered} offered, {sent} sent"
+    );
+
+    // The page in a browser: every chart's lines have length, drawn by the page's
+    // own script, which marks <body> only if it ran to its end.
+    let html = dir.join("index.html");
+    let out = Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+        .arg(format!("file://{}", html.display()))
+        .stderr(Stdio::null())
+        .output()
+        .expect("chromium is installed (scripts/install-deps.sh)");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let mark = dom
+        .split("data-charts=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("the page's script did not run: no data-charts mark"));
+    let (drawn, lines) = mark.split_once('/').unwrap();
+    let (drawn, lines): (u32, u32) = (drawn.parse().unwrap(), lines.parse().unwrap());
+    assert!(
+        lines >= 20 && drawn == lines,
+        "{drawn} of {lines} chart lines drawn"
+    );
+    assert!(dom.contains("<svg"), "no SVG in the page");
+    let _ = std::fs::remove_dir_all(&dir);
+}
