@@ -9,8 +9,10 @@
 
 pub mod bench;
 mod health;
+mod lb;
 mod share;
 mod spike;
+mod strategies;
 
 use std::{future::Future, pin::Pin};
 
@@ -41,10 +43,16 @@ pub struct Case {
 
 /// Every case, in the order `all` runs them.
 pub fn catalogue() -> Vec<&'static Case> {
-    [share::CASES, health::CASES, spike::CASES]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        share::CASES,
+        health::CASES,
+        spike::CASES,
+        strategies::CASES,
+        lb::CASES,
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Runs `snag case`.

@@ -135,7 +135,7 @@ pub struct BalancerArgs {
     /// Failures in a row that take it out.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub fall: u32,
-    /// What a check asks.
+    /// What a check asks; '' for a transport check (TCP connect only).
     #[arg(long, default_value = "/health")]
     pub health_path: String,
     /// Besides status 200, a check's body must contain this.
@@ -222,6 +222,9 @@ pub struct LoadArgs {
     /// A new connection for every transaction, closed by the generator.
     #[arg(long)]
     pub new_connection: bool,
+    /// Speak HTTP/2 with prior knowledge (cleartext); requests are streams.
+    #[arg(long)]
+    pub http2: bool,
     /// A 2xx answer whose body lacks this text counts as a bad-body error.
     #[arg(long)]
     pub expect_body: Option<String>,

@@ -104,15 +104,8 @@ pub struct CaseReport {
 impl CaseReport {
     /// The verdict the checks give: any failure is a FAIL, unless the generator failed.
     pub fn decide(&mut self) {
-        let failed = self.checks.iter().any(|c| !c.passed);
         let generator = self.runs.iter().any(|r| r.load.generator_errors > 0);
-        self.verdict = match (self.verdict, failed, generator) {
-            (Verdict::Error, _, _) => Verdict::Error,
-            (_, false, _) if !self.checks.is_empty() => Verdict::Pass,
-            (_, false, _) => Verdict::Error,
-            (_, true, true) => Verdict::GeneratorFailed,
-            (_, true, false) => Verdict::Fail,
-        };
+        self.verdict = verdict(self.verdict, &self.checks, generator);
     }
 
     /// The case as a block of lines for the terminal.
@@ -159,6 +152,19 @@ impl CaseReport {
             self.seed
         );
         out
+    }
+}
+
+/// The verdict of `checks`: an error stays an error, and so does a case that checked
+/// nothing; a failed check is the generator's when it failed itself.
+fn verdict(current: Verdict, checks: &[Check], generator_failed: bool) -> Verdict {
+    let failed = checks.iter().any(|c| !c.passed);
+    match (current, failed, generator_failed) {
+        (Verdict::Error, _, _) => Verdict::Error,
+        (_, false, _) if !checks.is_empty() => Verdict::Pass,
+        (_, false, _) => Verdict::Error,
+        (_, true, true) => Verdict::GeneratorFailed,
+        (_, true, false) => Verdict::Fail,
     }
 }
 
@@ -481,4 +487,43 @@ fn bars(out: &mut String, shares: &[(String, f64)]) {
         );
     }
     *out += "</svg>\n";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checks(results: &[bool]) -> Vec<Check> {
+        results
+            .iter()
+            .map(|&passed| Check {
+                what: "x".into(),
+                passed,
+                detail: String::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_failed_check_is_the_generators_when_the_generator_failed() {
+        let pass = checks(&[true, true]);
+        let fail = checks(&[true, false]);
+        assert_eq!(verdict(Verdict::Pass, &pass, false), Verdict::Pass);
+        assert_eq!(verdict(Verdict::Pass, &pass, true), Verdict::Pass);
+        assert_eq!(verdict(Verdict::Pass, &fail, false), Verdict::Fail);
+        assert_eq!(
+            verdict(Verdict::Pass, &fail, true),
+            Verdict::GeneratorFailed
+        );
+        assert_eq!(verdict(Verdict::Error, &pass, false), Verdict::Error);
+        assert_eq!(verdict(Verdict::Pass, &[], false), Verdict::Error);
+    }
+
+    #[test]
+    fn html_escapes_what_cases_write() {
+        assert_eq!(
+            esc("<a href=\"x\">&</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;"
+        );
+    }
 }

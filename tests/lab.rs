@@ -679,3 +679,26 @@ async fn balancer_and_backend_speak_http2_and_drain_through_the_admin_route() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn load_speaks_http2_when_asked() {
+    within(10, async {
+        let (h2, _) = start_backend("a", |_| {}).await;
+        let mut p = plan(h2, "/").await;
+        p.http2 = true;
+        p.requests = Some(20);
+        let report = load(p.clone()).await;
+        assert_eq!((report.ok, report.errors), (20, 0), "{report:?}");
+        // A server that speaks only HTTP/1.1 cannot answer it.
+        let (h1_only, _) = common::http_backend("hello").await;
+        p.target = Target::resolve(&format!("http://{h1_only}/"))
+            .await
+            .unwrap();
+        p.requests = Some(3);
+        p.deadline = Some(Duration::from_millis(500));
+        let report = load(p).await;
+        assert_eq!(report.ok, 0, "{report:?}");
+        assert_eq!(report.errors, 3);
+    })
+    .await;
+}

@@ -363,7 +363,15 @@ impl Bench {
         &mut self,
         tune: impl FnOnce(&mut balancer::Config),
     ) -> anyhow::Result<(SocketAddr, Arc<Balancer>)> {
-        let mut config = balancer::Config {
+        let mut config = self.balancer_config();
+        tune(&mut config);
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        self.serve_balancer(listener, |c| *c = config)
+    }
+
+    /// The balancer over the parts, before a case tunes it.
+    fn balancer_config(&self) -> balancer::Config {
+        balancer::Config {
             backends: self
                 .parts
                 .iter()
@@ -383,9 +391,16 @@ impl Bench {
             retries: 0,
             timeout: Duration::from_secs(10),
             seed: self.seed,
-        };
+        }
+    }
+
+    fn serve_balancer(
+        &mut self,
+        listener: TcpListener,
+        tune: impl FnOnce(&mut balancer::Config),
+    ) -> anyhow::Result<(SocketAddr, Arc<Balancer>)> {
+        let mut config = self.balancer_config();
         tune(&mut config);
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let balancer = Balancer::new(config);
         let stop = self.shutdown.child();
@@ -399,13 +414,58 @@ impl Bench {
         Ok((addr, balancer))
     }
 
-    /// Stops the latest balancer, as if its process died: no listener, every client
-    /// connection dropped.
-    pub fn kill_balancer(&mut self) {
-        if let Some(b) = self.balancers.last() {
-            b.stop.trigger();
-            self.event("balancer killed");
-        }
+    /// Kills the latest balancer at `kill_s` (case seconds) as if its process died —
+    /// listener gone, client connections dropped — and starts the same configuration
+    /// again on the same address at `back_s`, beside whatever the case does meanwhile.
+    /// Await the handle, then give its result to [`Bench::adopt`].
+    pub fn kill_and_restart(
+        &self,
+        kill_s: f64,
+        back_s: f64,
+    ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<BalancerHandle>>> {
+        let old = self.balancers.last().context("no balancer to kill")?;
+        let (addr, stop, config) = (old.addr, old.stop.clone(), old.balancer.config().clone());
+        let (kill, back, token, t0) = (
+            self.instant(kill_s),
+            self.instant(back_s),
+            self.shutdown.child(),
+            self.t0,
+        );
+        Ok(tokio::spawn(async move {
+            tokio::time::sleep_until(kill).await;
+            stop.trigger();
+            tokio::time::sleep_until(back).await;
+            // The old listener closes as its task ends: try for a second.
+            let deadline = Instant::now() + Duration::from_secs(1);
+            let listener = loop {
+                match TcpListener::bind(addr).await {
+                    Ok(listener) => break listener,
+                    Err(_) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(5)).await
+                    }
+                    Err(err) => {
+                        return Err(err).with_context(|| format!("could not bind {addr} again"));
+                    }
+                }
+            };
+            let balancer = Balancer::new(config);
+            tokio::spawn(balancer::serve(listener, balancer.clone(), token.clone()));
+            Ok(BalancerHandle {
+                addr,
+                balancer,
+                started_s: t0.elapsed().as_secs_f64(),
+                stop: token,
+            })
+        }))
+    }
+
+    /// Takes a balancer started outside the bench into its evidence.
+    pub fn adopt(&mut self, handle: BalancerHandle) {
+        self.report.events.push(Event {
+            at_s: handle.started_s,
+            what: "balancer started again".into(),
+        });
+        self.balancers.push(handle);
     }
 
     /// A plan against `addr` with the case's seed and a 2 s deadline, so that no
@@ -453,6 +513,29 @@ impl Bench {
         report
     }
 
+    /// Runs several plans at once (progress shows the first) and keeps their reports.
+    pub async fn loads(&mut self, plans: Vec<(String, Plan)>) -> Vec<load::Report> {
+        let started_s = self.now_s();
+        let shutdown = self.shutdown.clone();
+        let runs = plans
+            .iter()
+            .map(|(_, plan)| load::run(plan.clone(), shutdown.clone(), |_| {}));
+        let reports = futures_join(runs.collect()).await;
+        for ((label, _), report) in plans.iter().zip(&reports) {
+            self.report.runs.push(Run {
+                label: label.clone(),
+                started_s,
+                load: report.clone(),
+            });
+        }
+        reports
+    }
+
+    /// The instant `at_s` seconds into the case, for parts a case drives on its own.
+    pub fn instant(&self, at_s: f64) -> Instant {
+        self.t0 + Duration::from_secs_f64(at_s.max(0.0))
+    }
+
     /// Records an assertion of the property.
     pub fn check(&mut self, what: impl Into<String>, passed: bool, detail: impl Into<String>) {
         self.report.checks.push(Check {
@@ -472,6 +555,14 @@ impl Bench {
         self.report.notes.push(note.into());
     }
 
+    /// Records an event at `at_s` seconds into the case.
+    pub fn report_event(&mut self, at_s: f64, what: impl Into<String>) {
+        self.report.events.push(Event {
+            at_s,
+            what: what.into(),
+        });
+    }
+
     /// Records an event now.
     pub fn event(&mut self, what: impl Into<String>) {
         let at_s = self.now_s();
@@ -479,28 +570,6 @@ impl Bench {
             at_s,
             what: what.into(),
         });
-    }
-
-    /// Waits until `cond` holds, checking every 10 ms, for at most `limit`; whether it did.
-    pub async fn wait_for(&self, limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-        let deadline = Instant::now() + limit;
-        loop {
-            if cond() {
-                return true;
-            }
-            if Instant::now() >= deadline || self.shutdown.is_triggered() {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Waits `d` (the behaviour under test: a phase of the case), or less on Ctrl-C.
-    pub async fn pause(&self, d: Duration) {
-        tokio::select! {
-            _ = tokio::time::sleep(d) => {}
-            _ = self.shutdown.wait() => {}
-        }
     }
 
     /// Ends the case: gathers the balancer's transitions and the interposers'
@@ -591,4 +660,18 @@ fn scope(f: &crate::fault::Fault) -> &'static str {
         crate::fault::Scope::Data => "data path",
         crate::fault::Scope::Probe => "probe path",
     }
+}
+
+/// Awaits every future, each in its own task so that they run at once.
+async fn futures_join<F>(futures: Vec<F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("a load run does not panic"));
+    }
+    out
 }

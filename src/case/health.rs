@@ -33,6 +33,14 @@ pub const CASES: &[Case] = &[
         quick: 0.5,
         run: |b| Box::pin(data_loss(b)),
     },
+    Case {
+        name: "hysteresis",
+        source: "DESIGN.md",
+        property: "b's checks take 150 or 250 ms around a 200 ms timeout, its data path healthy: rise/fall 1 flaps, rise/fall 3 flaps under half as often",
+        reference: "seeds/004: a backend must not flap while latency hovers around the threshold",
+        quick: 0.5,
+        run: |b| Box::pin(hysteresis(b)),
+    },
 ];
 
 fn checks(interval_ms: u64, fall: u32) -> HealthCheck {
@@ -209,5 +217,49 @@ async fn data_loss(b: &mut Bench) -> anyhow::Result<()> {
         format!("{share:.1}% of requests (b's third × 30%: about 10%)"),
     );
     b.figure("load", summary(&r));
+    Ok(())
+}
+
+async fn hysteresis(b: &mut Bench) -> anyhow::Result<()> {
+    let mut flaps = Vec::new();
+    for threshold in [1, 3] {
+        let mut run = b.sub();
+        let file = include_str!("../../faults/case-hysteresis.toml");
+        run.parts(&["a", "b", "c"], Some(file), |_, _| {}).await?;
+        let (lb, _) = run
+            .balancer(|c| {
+                let mut rules = checks(100, threshold);
+                rules.rise = threshold;
+                c.health = Some(rules);
+            })
+            .await?;
+        let mut plan = run.plan(lb, "/");
+        plan.arrivals = Arrivals::Closed { connections: 4 };
+        plan.duration = run.secs(8.0);
+        let label = format!("rise {threshold}, fall {threshold}");
+        let r = run.load(&label, plan).await;
+        let changes = run.transitions("b").len();
+        b.figure(
+            label,
+            format!("{changes} state changes of b; {}", summary(&r)),
+        );
+        flaps.push((changes, r.errors));
+        b.absorb(run).await;
+    }
+    b.check(
+        "rise/fall 1 flaps: at least 4 state changes",
+        flaps[0].0 >= 4,
+        format!("{} state changes", flaps[0].0),
+    );
+    b.check(
+        "rise/fall 3 flaps under half as often",
+        flaps[1].0 * 2 < flaps[0].0,
+        format!("{} against {}", flaps[1].0, flaps[0].0),
+    );
+    b.check(
+        "clients see no errors: only the probe path is slow",
+        flaps[0].1 == 0 && flaps[1].1 == 0,
+        format!("{} and {} errors", flaps[0].1, flaps[1].1),
+    );
     Ok(())
 }

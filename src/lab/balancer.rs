@@ -133,7 +133,7 @@ pub struct HealthCheck {
     pub rise: u32,
     /// Failures in a row that take an up backend out.
     pub fall: u32,
-    /// What is asked.
+    /// What is asked; empty: a transport check, a TCP connect and nothing more.
     pub path: String,
     /// Besides status 200, the body must contain this.
     pub expect_body: Option<String>,
@@ -278,6 +278,11 @@ impl Balancer {
             client,
             config,
         })
+    }
+
+    /// How it was configured.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
@@ -526,6 +531,9 @@ async fn check(target: SocketAddr, rules: &HealthCheck) -> Result<(), String> {
         let stream = tokio::net::TcpStream::connect(target)
             .await
             .map_err(|e| format!("connect: {e}"))?;
+        if rules.path.is_empty() {
+            return Ok(());
+        }
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| format!("handshake: {e}"))?;

@@ -41,7 +41,35 @@ pub use self::{
 use crate::shutdown::Shutdown;
 
 /// One connection to the target.
-type Conn = SendRequest<Full<Bytes>>;
+enum Conn {
+    H1(SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+impl Conn {
+    fn is_closed(&self) -> bool {
+        match self {
+            Conn::H1(c) => c.is_closed(),
+            Conn::H2(c) => c.is_closed(),
+        }
+    }
+
+    async fn send(
+        &mut self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, hyper::Error> {
+        match self {
+            Conn::H1(c) => {
+                c.ready().await?;
+                c.send_request(request).await
+            }
+            Conn::H2(c) => {
+                c.ready().await?;
+                c.send_request(request).await
+            }
+        }
+    }
+}
 
 /// What every request task shares.
 struct Run {
@@ -280,17 +308,13 @@ async fn transaction(
 /// Sends one request on `slot` (dialling when empty) and reads the whole answer.
 async fn exchange(plan: &Plan, slot: &mut Option<Conn>, seq: u64, session: Option<u64>) -> Outcome {
     if slot.as_ref().is_none_or(|c| c.is_closed()) {
-        match dial(plan.target.addr).await {
+        match dial(plan.target.addr, plan.http2).await {
             Ok(conn) => *slot = Some(conn),
             Err(err) => return Outcome::failed(Kind::of_io(&err)),
         }
     }
     let conn = slot.as_mut().expect("dialled above");
-    if conn.ready().await.is_err() {
-        *slot = None;
-        return Outcome::failed(Kind::Closed);
-    }
-    let response = match conn.send_request(plan.request(seq, session)).await {
+    let response = match conn.send(plan.request(seq, session)).await {
         Ok(response) => response,
         Err(err) => {
             *slot = None;
@@ -346,23 +370,37 @@ fn memchr_contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-async fn dial(addr: SocketAddr) -> io::Result<Conn> {
+async fn dial(addr: SocketAddr, http2: bool) -> io::Result<Conn> {
     let stream = TcpStream::connect(addr).await?;
     let _ = stream.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let io = TokioIo::new(stream);
+    if http2 {
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                .await
+                .map_err(io::Error::other)?;
+        tokio::spawn(conn);
+        return Ok(Conn::H2(sender));
+    }
+    let (sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(io::Error::other)?;
     tokio::spawn(conn);
-    Ok(sender)
+    Ok(Conn::H1(sender))
 }
 
 /// A request for the plan; used by [`Plan::request`].
 fn build(plan: &Plan, seq: u64, session: Option<u64>) -> Request<Full<Bytes>> {
-    let mut request = Request::builder()
-        .method(plan.method.clone())
-        .uri(plan.target.path.as_str())
-        .header(header::HOST, plan.target.host.as_str())
-        .header(header::USER_AGENT, "snag-load");
+    let mut request = if plan.http2 {
+        // HTTP/2 carries the authority in the URI (`:authority`), not in Host.
+        Request::builder().uri(format!("http://{}{}", plan.target.host, plan.target.path))
+    } else {
+        Request::builder()
+            .uri(plan.target.path.as_str())
+            .header(header::HOST, plan.target.host.as_str())
+    }
+    .method(plan.method.clone())
+    .header(header::USER_AGENT, "snag-load");
     for (name, value) in &plan.headers {
         request = request.header(name, value);
     }

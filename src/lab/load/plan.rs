@@ -189,6 +189,9 @@ pub struct Plan {
     pub txn_header: Option<HeaderName>,
     /// A new connection per transaction, closed by the generator after the answer.
     pub new_connection: bool,
+    /// Speak HTTP/2 (prior knowledge, cleartext): each connection carries its
+    /// requests as streams.
+    pub http2: bool,
     /// A 2xx whose body lacks this text is a bad-body error.
     pub expect_body: Option<String>,
     /// Polled once a second for a JSON `depth`.
@@ -218,6 +221,7 @@ impl Plan {
             retry_delay: Duration::from_millis(200),
             txn_header: None,
             new_connection: false,
+            http2: false,
             expect_body: None,
             stats_url: None,
             watch: Duration::ZERO,

@@ -83,6 +83,7 @@ async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {
     plan.retry_delay = args.retry_delay;
     plan.txn_header = args.txn_header;
     plan.new_connection = args.new_connection;
+    plan.http2 = args.http2;
     plan.expect_body = args.expect_body;
     plan.stats_url = stats_url;
     plan.watch = args.watch.unwrap_or(args.duration);
