@@ -89,18 +89,23 @@ pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         seed
     });
     let mut reports = Vec::new();
-    for case in chosen {
-        if shutdown.is_triggered() {
-            break;
+    for product in &args.balancer {
+        for case in &chosen {
+            if shutdown.is_triggered() {
+                break;
+            }
+            let mut bench = Bench::new(case, *product, seed, args.quick, shutdown.child());
+            let result = (case.run)(&mut bench).await;
+            let report = bench.finish(result).await;
+            say!("{}", report.text());
+            reports.push(report);
         }
-        let mut bench = Bench::new(case, seed, args.quick, shutdown.child());
-        let result = (case.run)(&mut bench).await;
-        let report = bench.finish(result).await;
-        say!("{}", report.text());
-        reports.push(report);
     }
     if reports.len() > 1 {
         say!("{}", report::summary(&reports));
+    }
+    if args.balancer.len() > 1 {
+        say!("{}", report::side_by_side(&reports));
     }
     report::write(&args.report_dir, &reports).with_context(|| {
         format!(

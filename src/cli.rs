@@ -48,9 +48,10 @@ pub enum Command {
 pub struct CaseArgs {
     /// `list`, `all`, or case names separated by commas (e.g. share-rr,sticky).
     pub name: String,
-    /// The balancer under test.
-    #[arg(long, default_value = "builtin", value_parser = ["builtin"])]
-    pub balancer: String,
+    /// The balancers under test: builtin, haproxy, nginx, or several separated by
+    /// commas; every case runs against each.
+    #[arg(long, default_value = "builtin", value_delimiter = ',')]
+    pub balancer: Vec<crate::lab::driver::Product>,
     /// Shorter runs (for CI) that keep each property meaningful.
     #[arg(long)]
     pub quick: bool,

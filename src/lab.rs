@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod balancer;
+pub mod driver;
 pub mod load;
 
 use std::{convert::Infallible, future::Future, net::SocketAddr, time::Duration};

@@ -8,9 +8,12 @@
 //! - [`fault`]: what a fault is, its inline form, the per-direction chain, one file
 //!   per stage, and [`fault::file`] for `faults/*.toml`.
 //! - [`api`]: the Toxiproxy-compatible control API (`snag serve`); [`ctl`], its client.
-//! - [`lab`]: self-naming backends, the reference balancer and the load generator;
-//!   [`demo`]: the README's main job.
-//! - [`shutdown`], [`seed`]: leaves every long-lived task and random choice uses.
+//! - [`case`]: the documented cases end to end (`snag case`, the README's main job),
+//!   reported by [`report`] in the terminal, JSON and HTML.
+//! - [`lab`]: self-naming backends, the reference balancer, the load generator, and
+//!   [`lab::driver`] for HAProxy and nginx; [`demo`]: a fault timeline against echo.
+//! - [`capture`], [`events`], [`ports`]: the evidence; [`shutdown`], [`seed`]: leaves
+//!   every long-lived task and random choice uses.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]

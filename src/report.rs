@@ -21,6 +21,9 @@ pub enum Verdict {
     GeneratorFailed,
     /// The case could not run.
     Error,
+    /// The balancer under test lacks what the case needs (or snag does not drive it
+    /// there yet); the note says which.
+    Unsupported,
 }
 
 impl Verdict {
@@ -31,6 +34,7 @@ impl Verdict {
             Verdict::Fail => "FAIL",
             Verdict::GeneratorFailed => "GENERATOR",
             Verdict::Error => "ERROR",
+            Verdict::Unsupported => "N/A",
         }
     }
 }
@@ -99,6 +103,8 @@ pub struct CaseReport {
     pub elapsed_s: f64,
     /// The seed of every random choice.
     pub seed: u64,
+    /// `builtin`, `haproxy` or `nginx`.
+    pub balancer_under_test: String,
 }
 
 impl CaseReport {
@@ -111,7 +117,7 @@ impl CaseReport {
     /// The case as a block of lines for the terminal.
     pub fn text(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "── {} ({}) ──", self.name, self.source);
+        let _ = writeln!(out, "── {} ({}) ──", self.label(), self.source);
         let _ = writeln!(out, "   {}", self.property);
         let width = self
             .checks
@@ -161,6 +167,7 @@ fn verdict(current: Verdict, checks: &[Check], generator_failed: bool) -> Verdic
     let failed = checks.iter().any(|c| !c.passed);
     match (current, failed, generator_failed) {
         (Verdict::Error, _, _) => Verdict::Error,
+        (Verdict::Unsupported, _, _) => Verdict::Unsupported,
         (_, false, _) if !checks.is_empty() => Verdict::Pass,
         (_, false, _) => Verdict::Error,
         (_, true, true) => Verdict::GeneratorFailed,
@@ -168,11 +175,75 @@ fn verdict(current: Verdict, checks: &[Check], generator_failed: bool) -> Verdic
     }
 }
 
+impl CaseReport {
+    /// What a summary shows of it: the figures of its first failed check, else of
+    /// its first check, else its first note (why it did not run).
+    pub fn key_figure(&self) -> String {
+        self.checks
+            .iter()
+            .find(|c| !c.passed)
+            .or(self.checks.first())
+            .map(|c| c.detail.clone())
+            .or_else(|| self.notes.first().cloned())
+            .unwrap_or_default()
+    }
+
+    /// Its name with the balancer under test when that is not the built-in one:
+    /// `share-rr`, `share-rr@haproxy`.
+    pub fn label(&self) -> String {
+        if self.balancer_under_test == "builtin" {
+            self.name.clone()
+        } else {
+            format!("{}@{}", self.name, self.balancer_under_test)
+        }
+    }
+}
+
+/// Cases down, balancers across: each cell the verdict and the first failing (or
+/// first) check's figures, shortened.
+pub fn side_by_side(reports: &[CaseReport]) -> String {
+    let mut products: Vec<&str> = Vec::new();
+    let mut cases: Vec<&str> = Vec::new();
+    for r in reports {
+        if !products.contains(&r.balancer_under_test.as_str()) {
+            products.push(&r.balancer_under_test);
+        }
+        if !cases.contains(&r.name.as_str()) {
+            cases.push(&r.name);
+        }
+    }
+    let width = cases.iter().map(|c| c.len()).max().unwrap_or(4).max(4);
+    let cell = 34;
+    let mut out = format!("{:width$}", "case");
+    for p in &products {
+        let _ = write!(out, "  {p:cell$}");
+    }
+    out.push('\n');
+    for case in &cases {
+        let _ = write!(out, "{case:width$}");
+        for p in &products {
+            let text = reports
+                .iter()
+                .find(|r| r.name == *case && r.balancer_under_test == *p)
+                .map_or("-".to_string(), |r| {
+                    let mut text = format!("{} {}", r.verdict.word(), r.key_figure());
+                    if text.chars().count() > cell {
+                        text = text.chars().take(cell - 1).collect::<String>() + "…";
+                    }
+                    text
+                });
+            let _ = write!(out, "  {text:cell$}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The summary table for several cases.
 pub fn summary(reports: &[CaseReport]) -> String {
     let width = reports
         .iter()
-        .map(|r| r.name.len())
+        .map(|r| r.label().len())
         .max()
         .unwrap_or(4)
         .max(4);
@@ -184,16 +255,11 @@ pub fn summary(reports: &[CaseReport]) -> String {
     );
     for r in reports {
         let passed = r.checks.iter().filter(|c| c.passed).count();
-        let key = r
-            .checks
-            .iter()
-            .find(|c| !c.passed)
-            .or(r.checks.first())
-            .map_or(String::new(), |c| c.detail.clone());
+        let key = r.key_figure();
         let _ = writeln!(
             out,
             "{:width$}  {:9}  {:>6}  {:>5.1} s  {}",
-            r.name,
+            r.label(),
             r.verdict.word(),
             format!("{passed}/{}", r.checks.len()),
             r.elapsed_s,
@@ -218,7 +284,7 @@ pub fn write(dir: &Path, reports: &[CaseReport]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     for r in reports {
         let json = serde_json::to_string_pretty(r).expect("reports serialise");
-        std::fs::write(dir.join(format!("{}.json", r.name)), json + "\n")?;
+        std::fs::write(dir.join(format!("{}.json", r.label())), json + "\n")?;
     }
     std::fs::write(dir.join("index.html"), html(reports))
 }
@@ -254,7 +320,7 @@ td { white-space: nowrap; } td:last-child { white-space: normal; }
         let _ = writeln!(
             out,
             "<tr><td><a href=\"#{0}\">{0}</a></td><td class=\"{1}\">{2}</td><td>{3}/{4}</td><td>{5:.1} s</td><td>{6}</td></tr>",
-            esc(&r.name),
+            esc(&r.label()),
             serde_json::to_value(r.verdict)
                 .ok()
                 .and_then(|v| v.as_str().map(String::from))
@@ -267,6 +333,16 @@ td { white-space: nowrap; } td:last-child { white-space: normal; }
         );
     }
     out += "</table>\n";
+    if reports
+        .iter()
+        .any(|r| r.balancer_under_test != reports[0].balancer_under_test)
+    {
+        let _ = writeln!(
+            out,
+            "<h2>Side by side</h2><pre>{}</pre>",
+            esc(&side_by_side(reports))
+        );
+    }
     for r in reports {
         section(&mut out, r);
     }
@@ -293,7 +369,7 @@ fn section(out: &mut String, r: &CaseReport) {
     let _ = writeln!(
         out,
         "<section id=\"{0}\"><h2>{0} <span class=\"{1}\">{2}</span></h2><p><b>{3}</b> — {4}</p>",
-        esc(&r.name),
+        esc(&r.label()),
         verdict_class,
         r.verdict.word(),
         esc(&r.source),
@@ -349,7 +425,7 @@ fn section(out: &mut String, r: &CaseReport) {
         "<p>Seed {} · {:.1} s · JSON: <code>{}.json</code></p></section>",
         r.seed,
         r.elapsed_s,
-        esc(&r.name)
+        esc(&r.label())
     );
 }
 

@@ -20,6 +20,7 @@ use crate::{
     lab::{
         backend::{self, Backend},
         balancer::{self, BackendSpec, Balancer, HashKey, select::Strategy},
+        driver::{External, Product, Unsupported},
         load::{self, Plan, Target},
     },
     proxy::{Mode, Options, Proxy},
@@ -75,8 +76,40 @@ pub struct Bench {
     report: CaseReport,
     parts: Vec<Part>,
     balancers: Vec<BalancerHandle>,
+    externals: Vec<Arc<External>>,
+    product: Product,
     samples: Arc<Mutex<Vec<Sample>>>,
     parts_s: f64,
+}
+
+/// The balancer under test, whichever it is.
+#[derive(Debug, Clone)]
+pub enum Lb {
+    /// snag's reference balancer, in process.
+    Builtin(Arc<Balancer>),
+    /// HAProxy or nginx.
+    External(Arc<External>),
+}
+
+impl Lb {
+    /// Takes backend `id` out of rotation, or puts it back, the product's way.
+    pub async fn set_draining(&self, id: &str, draining: bool) -> anyhow::Result<()> {
+        match self {
+            Lb::Builtin(b) => {
+                anyhow::ensure!(b.set_draining(id, draining), "no backend {id:?}");
+                Ok(())
+            }
+            Lb::External(e) => e.set_draining(id, draining).await,
+        }
+    }
+
+    /// The built-in balancer's own figures, where the case reads them.
+    pub fn builtin(&self) -> Option<&Arc<Balancer>> {
+        match self {
+            Lb::Builtin(b) => Some(b),
+            Lb::External(_) => None,
+        }
+    }
 }
 
 /// A change of a backend's state, as the balancer logged it.
@@ -94,7 +127,13 @@ pub struct Transition {
 
 impl Bench {
     /// A bench for `case`; `shutdown` stops it from outside (Ctrl-C).
-    pub fn new(case: &'static Case, seed: u64, quick: bool, shutdown: Shutdown) -> Bench {
+    pub fn new(
+        case: &'static Case,
+        product: Product,
+        seed: u64,
+        quick: bool,
+        shutdown: Shutdown,
+    ) -> Bench {
         Bench {
             case,
             quick,
@@ -116,10 +155,13 @@ impl Bench {
                 balancer: serde_json::Value::Null,
                 elapsed_s: 0.0,
                 seed,
+                balancer_under_test: product.name().into(),
             },
             shutdown,
             parts: Vec::new(),
             balancers: Vec::new(),
+            externals: Vec::new(),
+            product,
             samples: Arc::default(),
             parts_s: 0.0,
         }
@@ -133,6 +175,19 @@ impl Bench {
 
     /// Backend `name`'s state changes, as the latest balancer logged them.
     pub fn transitions(&self, name: &str) -> Vec<Transition> {
+        if let Some(external) = self.externals.last() {
+            return external
+                .seen()
+                .into_iter()
+                .filter(|s| s.id == name)
+                .map(|s| Transition {
+                    at_s: s.at.saturating_duration_since(self.t0).as_secs_f64(),
+                    from: state_word(&s.from),
+                    to: state_word(&s.to),
+                    why: format!("{} reported {}", external.product, s.to),
+                })
+                .collect();
+        }
         let Some(handle) = self.balancers.last() else {
             return Vec::new();
         };
@@ -154,7 +209,13 @@ impl Bench {
 
     /// A bench for one run within this case, on fresh parts, stopped with it.
     pub fn sub(&self) -> Bench {
-        Bench::new(self.case, self.seed, self.quick, self.shutdown.child())
+        Bench::new(
+            self.case,
+            self.product,
+            self.seed,
+            self.quick,
+            self.shutdown.child(),
+        )
     }
 
     /// Ends `sub` and keeps its runs and events, on this case's clock.
@@ -174,6 +235,11 @@ impl Bench {
         if self.report.balancer.is_null() {
             self.report.balancer = report.balancer;
         }
+    }
+
+    /// The balancer under test.
+    pub fn product(&self) -> Product {
+        self.product
     }
 
     /// `seconds` of the full case, shortened by `--quick`.
@@ -362,11 +428,37 @@ impl Bench {
     pub async fn balancer(
         &mut self,
         tune: impl FnOnce(&mut balancer::Config),
-    ) -> anyhow::Result<(SocketAddr, Arc<Balancer>)> {
+    ) -> anyhow::Result<(SocketAddr, Lb)> {
         let mut config = self.balancer_config();
         tune(&mut config);
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        self.serve_balancer(listener, |c| *c = config)
+        if self.product == Product::Builtin {
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            let (addr, balancer) = self.serve_balancer(listener, |c| *c = config)?;
+            return Ok((addr, Lb::Builtin(balancer)));
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "snag-{}-{}-{}-{}",
+            std::process::id(),
+            self.case.name,
+            self.product,
+            self.t0.elapsed().as_nanos()
+        ));
+        let external = External::start(self.product, &config, &dir, self.shutdown.child()).await?;
+        self.externals.push(external.clone());
+        Ok((external.addr, Lb::External(external)))
+    }
+
+    /// The case needs the built-in balancer for what it reads or does: with another
+    /// product it is reported as not driven yet, never faked.
+    pub fn builtin_only(&self, what: &str) -> anyhow::Result<()> {
+        if self.product == Product::Builtin {
+            return Ok(());
+        }
+        Err(Unsupported {
+            product: self.product,
+            why: format!("snag does not yet drive {what} with {}", self.product),
+        }
+        .into())
     }
 
     /// The balancer over the parts, before a case tunes it.
@@ -575,11 +667,19 @@ impl Bench {
     /// Ends the case: gathers the balancer's transitions and the interposers'
     /// accounting, decides the verdict, and stops every part.
     pub async fn finish(mut self, result: anyhow::Result<()>) -> CaseReport {
+        for external in &self.externals {
+            external.stop().await;
+        }
         if let Err(err) = result {
-            self.report.verdict = Verdict::Error;
-            self.report
-                .notes
-                .push(format!("the case could not run: {err:#}"));
+            if let Some(unsupported) = err.downcast_ref::<Unsupported>() {
+                self.report.verdict = Verdict::Unsupported;
+                self.report.notes.push(unsupported.to_string());
+            } else {
+                self.report.verdict = Verdict::Error;
+                self.report
+                    .notes
+                    .push(format!("the case could not run: {err:#}"));
+            }
         } else if self.shutdown.is_triggered() {
             self.report.verdict = Verdict::Error;
             self.report.notes.push("interrupted".into());
@@ -601,6 +701,17 @@ impl Bench {
                 }
             }
             self.report.balancer = stats;
+        }
+        for external in &self.externals {
+            for seen in external.seen() {
+                self.report.events.push(Event {
+                    at_s: seen.at.saturating_duration_since(self.t0).as_secs_f64(),
+                    what: format!(
+                        "{}: {} {} → {}",
+                        external.product, seen.id, seen.from, seen.to
+                    ),
+                });
+            }
         }
         self.report.events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         let mut shares: Vec<(String, u64)> = Vec::new();
@@ -674,4 +785,14 @@ where
         out.push(h.await.expect("a load run does not panic"));
     }
     out
+}
+
+/// A product's word for a backend's state, in the built-in balancer's words.
+fn state_word(word: &str) -> String {
+    match word {
+        "UP" => "up".into(),
+        "DOWN" => "down".into(),
+        "DRAIN" | "NOLB" => "draining".into(),
+        other => other.to_lowercase(),
+    }
 }

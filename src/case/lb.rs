@@ -294,6 +294,7 @@ async fn lb03(b: &mut Bench) -> anyhow::Result<()> {
 }
 
 async fn lb04(b: &mut Bench) -> anyhow::Result<()> {
+    b.builtin_only("LB-04 (it reads the balancer's retry count)")?;
     let mut budget = Vec::new();
     for max_fails in [0, 3] {
         let mut run = b.sub();
@@ -320,7 +321,7 @@ async fn lb04(b: &mut Bench) -> anyhow::Result<()> {
             format!("max_fails {max_fails}")
         };
         let r = run.load(&label, plan).await;
-        let stats = balancer.stats();
+        let stats = balancer.builtin().map(|b| b.stats()).unwrap_or_default();
         let (retries, requests) = (
             stats["retries"].as_u64().unwrap_or(0),
             stats["requests"].as_u64().unwrap_or(0),
@@ -369,7 +370,7 @@ async fn lb05(b: &mut Bench) -> anyhow::Result<()> {
     let at = b.instant(drain_at);
     let drainer = tokio::spawn(async move {
         tokio::time::sleep_until(at).await;
-        balancer.set_draining("b", true);
+        balancer.set_draining("b", true).await
     });
     let mut gets = b.plan(lb, "/");
     gets.arrivals = Arrivals::Closed { connections: 6 };
@@ -389,7 +390,7 @@ async fn lb05(b: &mut Bench) -> anyhow::Result<()> {
             ("HTTP/2 streams, 4 long-lived connections".into(), streams),
         ])
         .await;
-    drainer.await?;
+    drainer.await??;
     b.report_event(drain_at, "balancer: b set draining");
     let after = b.data_between("b", drain_at + 0.2, b.now_s());
     b.check(
@@ -426,6 +427,7 @@ async fn lb05(b: &mut Bench) -> anyhow::Result<()> {
 }
 
 async fn lb06(b: &mut Bench) -> anyhow::Result<()> {
+    b.builtin_only("LB-06 (killing and restarting the balancer)")?;
     b.parts(&["a", "b", "c"], None, |_, _| {}).await?;
     let (lb, _) = b.balancer(|_| {}).await?;
     let mut plan = b.plan(lb, "/");

@@ -18,8 +18,8 @@ pub enum Strategy {
     /// A hash of the client's address (all of it: on loopback nginx's /24 would put
     /// every client on one backend).
     IpHash,
-    /// nginx's `hash`: CRC-32 of the key modulo the total weight, rehashed past
-    /// unusable backends.
+    /// nginx's `hash`: 15 bits of the key's CRC-32 modulo the total weight,
+    /// rehashed past unusable backends as nginx does.
     Hash,
     /// A ring with 160 points per unit of weight: removing a backend moves only its
     /// keys.
@@ -141,13 +141,15 @@ impl Selector {
             (Strategy::Least, _) => self.least(candidates),
             (Strategy::Random2, _) => self.random2(candidates),
             (Strategy::IpHash | Strategy::Hash, Some(key)) => {
-                // nginx's `hash`: CRC32 of the key, modulo the total configured
-                // weight, walked through the backends by weight; rehashed with the
-                // attempt number when the one it lands on is unusable.
+                // nginx's `hash` (ngx_http_upstream_hash_module): 15 bits of the
+                // key's CRC-32, modulo the total configured weight, walked through
+                // the backends by weight; on an unusable one, the CRC of the attempt
+                // number and the key is added and the walk starts again.
                 let total: u64 = self.weights.iter().map(|&w| u64::from(w)).sum();
-                let mut h = crc32(key, 0);
+                let bits = |crc: u32| u64::from((crc >> 16) & 0x7fff);
+                let mut h = bits(crc32(key, 0));
                 for attempt in 0..REHASHES {
-                    let mut w = u64::from(h) % total.max(1);
+                    let mut w = h % total.max(1);
                     let index = self
                         .weights
                         .iter()
@@ -160,7 +162,8 @@ impl Selector {
                     if candidates[index].usable {
                         return Some(index);
                     }
-                    h = crc32(&(attempt + 1).to_le_bytes(), h);
+                    let again = crc32(key, crc32((attempt + 1).to_string().as_bytes(), 0));
+                    h += bits(again);
                 }
                 self.smooth(candidates)
             }
@@ -364,15 +367,16 @@ mod tests {
 
     #[test]
     fn hash_walks_the_weights_like_nginx() {
-        // zlib.crc32(b"s0") % 4 … for s0..s3 is 2, 0, 2, 0: with weights 2, 1, 1
-        // (slots 0-1 → a, 2 → b, 3 → c) that is b, a, b, a.
+        // ((zlib.crc32(b"s0") >> 16) & 0x7fff) % 4 … for s0..s3 is 2, 1, 0, 3: with
+        // weights 2, 1, 1 (slots 0-1 → a, 2 → b, 3 → c) that is b, a, a, c — what
+        // nginx 1.22's `hash $http_x_session` picks.
         let mut s = selector(Strategy::Hash, &[2, 1, 1]);
         let c = up(&[2, 1, 1]);
         let picks: Vec<_> = ["s0", "s1", "s2", "s3"]
             .iter()
             .map(|k| s.pick(&c, Some(k.as_bytes())).unwrap())
             .collect();
-        assert_eq!(picks, [1, 0, 1, 0]);
+        assert_eq!(picks, [1, 0, 0, 2]);
     }
 
     #[test]
