@@ -82,6 +82,15 @@ pub struct Bench {
     parts_s: f64,
 }
 
+/// A balancer started again by [`Bench::kill_and_restart`].
+#[derive(Debug)]
+pub enum Restarted {
+    /// The built-in one.
+    Builtin(BalancerHandle),
+    /// HAProxy or nginx, and when it listened again (case seconds).
+    External(Arc<External>, f64),
+}
+
 /// The balancer under test, whichever it is.
 #[derive(Debug, Clone)]
 pub enum Lb {
@@ -100,6 +109,15 @@ impl Lb {
                 Ok(())
             }
             Lb::External(e) => e.set_draining(id, draining).await,
+        }
+    }
+
+    /// Requests the balancer retried on another server; `None` where the product
+    /// does not count them (nginx).
+    pub async fn retries(&self) -> Option<u64> {
+        match self {
+            Lb::Builtin(b) => b.stats()["retries"].as_u64(),
+            Lb::External(e) => e.retries().await,
         }
     }
 
@@ -443,22 +461,10 @@ impl Bench {
             self.product,
             self.t0.elapsed().as_nanos()
         ));
-        let external = External::start(self.product, &config, &dir, self.shutdown.child()).await?;
+        let external =
+            External::start(self.product, &config, &dir, None, self.shutdown.child()).await?;
         self.externals.push(external.clone());
         Ok((external.addr, Lb::External(external)))
-    }
-
-    /// The case needs the built-in balancer for what it reads or does: with another
-    /// product it is reported as not driven yet, never faked.
-    pub fn builtin_only(&self, what: &str) -> anyhow::Result<()> {
-        if self.product == Product::Builtin {
-            return Ok(());
-        }
-        Err(Unsupported {
-            product: self.product,
-            why: format!("snag does not yet drive {what} with {}", self.product),
-        }
-        .into())
     }
 
     /// The balancer over the parts, before a case tunes it.
@@ -506,23 +512,42 @@ impl Bench {
         Ok((addr, balancer))
     }
 
-    /// Kills the latest balancer at `kill_s` (case seconds) as if its process died —
-    /// listener gone, client connections dropped — and starts the same configuration
-    /// again on the same address at `back_s`, beside whatever the case does meanwhile.
-    /// Await the handle, then give its result to [`Bench::adopt`].
+    /// Kills the balancer at `kill_s` (case seconds) as if its node died — the
+    /// built-in one loses its listener and every client connection, HAProxy and nginx
+    /// get SIGKILL — and starts the same configuration again on the same address at
+    /// `back_s`, beside whatever the case does meanwhile. Await the handle, then give
+    /// its result to [`Bench::adopt`].
     pub fn kill_and_restart(
         &self,
         kill_s: f64,
         back_s: f64,
-    ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<BalancerHandle>>> {
-        let old = self.balancers.last().context("no balancer to kill")?;
-        let (addr, stop, config) = (old.addr, old.stop.clone(), old.balancer.config().clone());
+    ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<Restarted>>> {
         let (kill, back, token, t0) = (
             self.instant(kill_s),
             self.instant(back_s),
             self.shutdown.child(),
             self.t0,
         );
+        if let Some(old) = self.externals.last().cloned() {
+            let dir = std::env::temp_dir().join(format!(
+                "snag-{}-{}-{}-again-{}",
+                std::process::id(),
+                self.case.name,
+                self.product,
+                self.t0.elapsed().as_nanos()
+            ));
+            return Ok(tokio::spawn(async move {
+                tokio::time::sleep_until(kill).await;
+                old.kill_now().await;
+                tokio::time::sleep_until(back).await;
+                let config = old.config().clone();
+                let again =
+                    External::start(old.product, &config, &dir, Some(old.addr), token).await?;
+                Ok(Restarted::External(again, t0.elapsed().as_secs_f64()))
+            }));
+        }
+        let old = self.balancers.last().context("no balancer to kill")?;
+        let (addr, stop, config) = (old.addr, old.stop.clone(), old.balancer.config().clone());
         Ok(tokio::spawn(async move {
             tokio::time::sleep_until(kill).await;
             stop.trigger();
@@ -542,22 +567,33 @@ impl Bench {
             };
             let balancer = Balancer::new(config);
             tokio::spawn(balancer::serve(listener, balancer.clone(), token.clone()));
-            Ok(BalancerHandle {
+            Ok(Restarted::Builtin(BalancerHandle {
                 addr,
                 balancer,
                 started_s: t0.elapsed().as_secs_f64(),
                 stop: token,
-            })
+            }))
         }))
     }
 
-    /// Takes a balancer started outside the bench into its evidence.
-    pub fn adopt(&mut self, handle: BalancerHandle) {
+    /// Takes a balancer started outside the bench into its evidence; when it started.
+    pub fn adopt(&mut self, restarted: Restarted) -> f64 {
+        let at_s = match restarted {
+            Restarted::Builtin(handle) => {
+                let at_s = handle.started_s;
+                self.balancers.push(handle);
+                at_s
+            }
+            Restarted::External(external, at_s) => {
+                self.externals.push(external);
+                at_s
+            }
+        };
         self.report.events.push(Event {
-            at_s: handle.started_s,
+            at_s,
             what: "balancer started again".into(),
         });
-        self.balancers.push(handle);
+        at_s
     }
 
     /// A plan against `addr` with the case's seed and a 2 s deadline, so that no

@@ -108,16 +108,20 @@ pub struct External {
 }
 
 impl External {
-    /// Writes the product's configuration for `config` into `dir`, starts it on a
-    /// free loopback port, and waits (up to 10 s) until it accepts connections.
+    /// Writes the product's configuration for `config` into `dir`, starts it on `at`
+    /// (or a free loopback port), and waits (up to 10 s) until it accepts connections.
     pub async fn start(
         product: Product,
         config: &balancer::Config,
         dir: &Path,
+        at: Option<SocketAddr>,
         shutdown: Shutdown,
     ) -> anyhow::Result<Arc<External>> {
         // The product binds the port itself: take one the OS hands out, then free it.
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let addr = match at {
+            Some(addr) => addr,
+            None => std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?,
+        };
         std::fs::create_dir_all(dir)?;
         let (program, args) = match product {
             Product::Haproxy => {
@@ -140,6 +144,9 @@ impl External {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("stderr.log"))?)
+            // Its own process group, so that a node failure can take nginx's workers
+            // down with their master.
+            .process_group(0)
             .spawn()
             .with_context(|| {
                 format!("could not start {program} (scripts/install-deps.sh installs it)")
@@ -169,6 +176,11 @@ impl External {
             tokio::spawn(watch_haproxy(external.clone()));
         }
         Ok(external)
+    }
+
+    /// The configuration it was started with.
+    pub fn config(&self) -> &balancer::Config {
+        &self.config
     }
 
     /// The state changes seen so far.
@@ -222,6 +234,37 @@ impl External {
         let mut answer = String::new();
         socket.read_to_string(&mut answer).await?;
         Ok(answer)
+    }
+
+    /// Kills the product at once, as a node failure would: SIGKILL to its process
+    /// group (the master and its workers, all started by snag).
+    pub async fn kill_now(&self) {
+        let mut child = self.child.lock().await;
+        if let Some(pid) = child.id() {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = child.wait().await;
+    }
+
+    /// The requests HAProxy retried or redispatched to another server (`wretr` +
+    /// `wredis` of its backend); `None` for nginx, which does not count them.
+    pub async fn retries(&self) -> Option<u64> {
+        if self.product != Product::Haproxy {
+            return None;
+        }
+        let csv = self.admin("show stat").await.ok()?;
+        let line = csv.lines().find(|l| l.starts_with("be,BACKEND,"))?;
+        let fields: Vec<&str> = line.split(',').collect();
+        let number = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Some(number(15) + number(16))
     }
 
     /// Stops the product by its PID — SIGTERM, so that nginx's master takes its
