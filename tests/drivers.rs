@@ -87,10 +87,21 @@ fn haproxy_runs_the_cases_it_can_and_its_own_view_is_in_the_report() {
         exclude.iter().any(|e| e == "haproxy: b DOWN → UP"),
         "{exclude:?}"
     );
+    // And its own log lines about the server.
+    assert!(
+        exclude.iter().any(|e| e.starts_with(
+            "haproxy log: Server be/b is DOWN, reason: Layer7 wrong status, code: 503"
+        )),
+        "{exclude:?}"
+    );
     // The drain went through its runtime API.
     let drain = events(&report(&dir, "LB-05@haproxy"));
     assert!(
         drain.iter().any(|e| e == "haproxy: b UP → DRAIN"),
+        "{drain:?}"
+    );
+    assert!(
+        drain.iter().any(|e| e == "haproxy: b DRAIN → MAINT"),
         "{drain:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

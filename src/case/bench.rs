@@ -112,6 +112,15 @@ impl Lb {
         }
     }
 
+    /// After a drain, takes backend `id` out entirely where the product has such a
+    /// state (HAProxy's `maint`); elsewhere the drain already did.
+    pub async fn set_maintenance(&self, id: &str) -> anyhow::Result<()> {
+        match self {
+            Lb::Builtin(_) => Ok(()),
+            Lb::External(e) => e.set_maintenance(id).await,
+        }
+    }
+
     /// Requests the balancer retried on another server; `None` where the product
     /// does not count them (nginx).
     pub async fn retries(&self) -> Option<u64> {
@@ -705,6 +714,15 @@ impl Bench {
     pub async fn finish(mut self, result: anyhow::Result<()>) -> CaseReport {
         for external in &self.externals {
             external.stop().await;
+        }
+        for external in &self.externals {
+            for (at, line) in external.logged() {
+                self.report.events.push(Event {
+                    at_s: at.saturating_duration_since(self.t0).as_secs_f64(),
+                    what: format!("{} log: {line}", external.product),
+                });
+            }
+            external.clean();
         }
         if let Err(err) = result {
             if let Some(unsupported) = err.downcast_ref::<Unsupported>() {

@@ -373,9 +373,14 @@ async fn lb05(b: &mut Bench) -> anyhow::Result<()> {
     let (lb, balancer) = b.balancer(|c| c.strategy = Strategy::Rr).await?;
     let drain_at = b.timeline_s(2.0);
     let at = b.instant(drain_at);
+    // Drain at 2 s; at 2.5 s, with what was in flight finished, maintenance
+    // (HAProxy's `maint`) while the interposer closes b's connections.
+    let maint_at = b.instant(b.timeline_s(2.5));
     let drainer = tokio::spawn(async move {
         tokio::time::sleep_until(at).await;
-        balancer.set_draining("b", true).await
+        balancer.set_draining("b", true).await?;
+        tokio::time::sleep_until(maint_at).await;
+        balancer.set_maintenance("b").await
     });
     let mut gets = b.plan(lb, "/");
     gets.arrivals = Arrivals::Closed { connections: 6 };

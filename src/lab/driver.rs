@@ -103,6 +103,7 @@ pub struct External {
     dir: PathBuf,
     child: tokio::sync::Mutex<Child>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    logged: Mutex<Vec<(Instant, String)>>,
     drained: Mutex<Vec<String>>,
     stop: Shutdown,
 }
@@ -158,6 +159,7 @@ impl External {
             dir: dir.into(),
             child: tokio::sync::Mutex::new(child),
             seen: Arc::default(),
+            logged: Mutex::default(),
             drained: Mutex::default(),
             stop: shutdown,
         });
@@ -181,6 +183,15 @@ impl External {
     /// The configuration it was started with.
     pub fn config(&self) -> &balancer::Config {
         &self.config
+    }
+
+    /// HAProxy's own log lines about its servers (`Server be/b is DOWN, reason: …`),
+    /// stamped when snag read them.
+    pub fn logged(&self) -> Vec<(Instant, String)> {
+        self.logged
+            .lock()
+            .expect("no code panics holding the log")
+            .clone()
     }
 
     /// The state changes seen so far.
@@ -223,6 +234,18 @@ impl External {
                     nix::sys::signal::Signal::SIGHUP,
                 )?;
             }
+        }
+        Ok(())
+    }
+
+    /// After a drain, takes backend `id` out entirely: HAProxy's `maint` state (no
+    /// checks, no traffic). nginx's `down` already is that.
+    pub async fn set_maintenance(&self, id: &str) -> anyhow::Result<()> {
+        if self.product == Product::Haproxy {
+            let answer = self
+                .admin(&format!("set server be/{id} state maint"))
+                .await?;
+            anyhow::ensure!(answer.trim().is_empty(), "haproxy refused maint: {answer}");
         }
         Ok(())
     }
@@ -283,6 +306,11 @@ impl External {
         let _ = child.start_kill();
         let _ = child.wait().await;
     }
+
+    /// Removes its configuration and logs (call after [`External::stop`]).
+    pub fn clean(&self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl Drop for External {
@@ -302,14 +330,36 @@ fn terminate(pid: u32) {
     );
 }
 
-/// Polls HAProxy's `show stat` every 50 ms and records each server's status changes.
+/// Polls HAProxy's `show stat` every 50 ms and records each server's status changes,
+/// and reads the lines it writes about its servers on stderr.
 async fn watch_haproxy(external: Arc<External>) {
     let mut last: std::collections::BTreeMap<String, String> = Default::default();
+    let mut read = 0;
     let mut ticks = tokio::time::interval(Duration::from_millis(50));
     loop {
         tokio::select! {
             _ = external.stop.wait() => return,
             _ = ticks.tick() => {}
+        }
+        if let Ok(log) = std::fs::read(external.dir.join("stderr.log"))
+            && log.len() > read
+        {
+            // Whole lines only: a line being written is read on the next tick.
+            let end = log[read..]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(read, |i| read + i + 1);
+            let now = Instant::now();
+            for line in String::from_utf8_lossy(&log[read..end]).lines() {
+                if let Some(at) = line.find("Server be/") {
+                    external
+                        .logged
+                        .lock()
+                        .expect("no code panics holding the log")
+                        .push((now, line[at..].to_string()));
+                }
+            }
+            read = end;
         }
         let Ok(csv) = external.admin("show stat").await else {
             continue;
