@@ -340,7 +340,7 @@ async fn lb04(b: &mut Bench) -> anyhow::Result<()> {
         b.absorb(run).await;
     }
     if b.product() == crate::lab::driver::Product::Haproxy {
-        b.note("HAProxy retries connection failures only (retry-on defaults to conn-failure), and `observe layer4` does not count response timeouts: requests to the slow server end as 504 instead of being retried");
+        b.note("HAProxy retries connection failures only (retry-on defaults to conn-failure): requests to the slow server end as 504 instead of being retried; `observe layer7` counts those toward marking it down");
     }
     b.check(
         "without passive marking the slow backend costs a retry storm: over 20% of requests retried",

@@ -462,7 +462,7 @@ pub fn haproxy_config(
     }
     if config.max_fails > 0 {
         check += &format!(
-            "{} observe layer4 error-limit {} on-error mark-down",
+            "{} observe layer7 error-limit {} on-error mark-down",
             if config.health.is_none() {
                 " check inter 1s"
             } else {
