@@ -795,6 +795,23 @@ impl Bench {
             })
             .collect::<serde_json::Map<_, _>>()
             .into();
+        if !self.parts.is_empty() {
+            let stats: Vec<_> = self
+                .parts
+                .iter()
+                .map(|p| p.proxy.counters().snapshot())
+                .collect();
+            let opened: u64 = stats.iter().map(|s| s.connections).sum();
+            let peak = stats
+                .iter()
+                .flat_map(|s| s.new_connections_per_second.iter().copied())
+                .max()
+                .unwrap_or(0);
+            self.report.figures.push((
+                "connections".into(),
+                format!("{opened} opened to the backends; at most {peak} new in one second at one backend"),
+            ));
+        }
         self.report.elapsed_s = self.now_s();
         self.report.decide();
         self.shutdown.trigger();
