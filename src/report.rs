@@ -37,6 +37,17 @@ impl Verdict {
             Verdict::Unsupported => "N/A",
         }
     }
+
+    /// The HTML class: its JSON name.
+    fn class(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::GeneratorFailed => "generator-failed",
+            Verdict::Error => "error",
+            Verdict::Unsupported => "unsupported",
+        }
+    }
 }
 
 /// One assertion of the property, from evidence.
@@ -321,10 +332,7 @@ td { white-space: nowrap; } td:last-child { white-space: normal; }
             out,
             "<tr><td><a href=\"#{0}\">{0}</a></td><td class=\"{1}\">{2}</td><td>{3}/{4}</td><td>{5:.1} s</td><td>{6}</td></tr>",
             esc(&r.label()),
-            serde_json::to_value(r.verdict)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default(),
+            r.verdict.class(),
             r.verdict.word(),
             passed,
             r.checks.len(),
@@ -362,10 +370,7 @@ td { white-space: nowrap; } td:last-child { white-space: normal; }
 }
 
 fn section(out: &mut String, r: &CaseReport) {
-    let verdict_class = serde_json::to_value(r.verdict)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default();
+    let verdict_class = r.verdict.class();
     let _ = writeln!(
         out,
         "<section id=\"{0}\"><h2>{0} <span class=\"{1}\">{2}</span></h2><p><b>{3}</b> — {4}</p>",

@@ -10,7 +10,7 @@ use common::{http, until, within};
 use snag::{
     lab::{
         backend::{self, Backend},
-        balancer::{self, BackendSpec, Balancer, HashKey, HealthCheck, select::Strategy},
+        balancer::{self, BackendSpec, Balancer, HealthCheck, select::Strategy},
         load::{self, Arrivals, Kind, Plan, Report, Sessions, Target},
     },
     shutdown::Shutdown,
@@ -34,25 +34,18 @@ async fn start_backend(
 }
 
 fn config(backends: &[(&str, SocketAddr, u32)], strategy: Strategy) -> balancer::Config {
+    let backends = backends
+        .iter()
+        .map(|(id, addr, weight)| BackendSpec {
+            id: id.to_string(),
+            addr: *addr,
+            weight: *weight,
+            check: None,
+        })
+        .collect();
     balancer::Config {
-        backends: backends
-            .iter()
-            .map(|(id, addr, weight)| BackendSpec {
-                id: id.to_string(),
-                addr: *addr,
-                weight: *weight,
-                check: None,
-            })
-            .collect(),
         strategy,
-        hash_key: HashKey::Header("x-session".parse().unwrap()),
-        health: None,
-        max_fails: 0,
-        fail_timeout: Duration::from_secs(10),
-        slow_start: Duration::ZERO,
-        retries: 0,
-        timeout: Duration::from_secs(10),
-        seed: 1,
+        ..balancer::Config::new(backends, 1)
     }
 }
 

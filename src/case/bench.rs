@@ -19,7 +19,7 @@ use crate::{
     },
     lab::{
         backend::{self, Backend},
-        balancer::{self, BackendSpec, Balancer, HashKey, select::Strategy},
+        balancer::{self, BackendSpec, Balancer},
         driver::{External, Product, Unsupported},
         load::{self, Plan, Target},
     },
@@ -478,27 +478,17 @@ impl Bench {
 
     /// The balancer over the parts, before a case tunes it.
     fn balancer_config(&self) -> balancer::Config {
-        balancer::Config {
-            backends: self
-                .parts
-                .iter()
-                .map(|p| BackendSpec {
-                    id: p.name.clone(),
-                    addr: p.data,
-                    weight: 1,
-                    check: Some(p.probe),
-                })
-                .collect(),
-            strategy: Strategy::Rr,
-            hash_key: HashKey::Header("x-session".parse().expect("valid")),
-            health: None,
-            max_fails: 0,
-            fail_timeout: Duration::from_secs(10),
-            slow_start: Duration::ZERO,
-            retries: 0,
-            timeout: Duration::from_secs(10),
-            seed: self.seed,
-        }
+        let backends = self
+            .parts
+            .iter()
+            .map(|p| BackendSpec {
+                id: p.name.clone(),
+                addr: p.data,
+                weight: 1,
+                check: Some(p.probe),
+            })
+            .collect();
+        balancer::Config::new(backends, self.seed)
     }
 
     fn serve_balancer(

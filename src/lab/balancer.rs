@@ -166,6 +166,25 @@ pub struct Config {
     pub seed: u64,
 }
 
+impl Config {
+    /// Round robin over `backends` without checks, marking, slow start or retries;
+    /// 10 s for a response head; `hash_key` the `x-session` header.
+    pub fn new(backends: Vec<BackendSpec>, seed: u64) -> Config {
+        Config {
+            backends,
+            strategy: Strategy::Rr,
+            hash_key: HashKey::Header(HeaderName::from_static("x-session")),
+            health: None,
+            max_fails: 0,
+            fail_timeout: Duration::from_secs(10),
+            slow_start: Duration::ZERO,
+            retries: 0,
+            timeout: Duration::from_secs(10),
+            seed,
+        }
+    }
+}
+
 /// A backend's state as the balancer sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
