@@ -30,7 +30,7 @@ use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::{net::TcpListener, sync::Mutex};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use self::registry::{ProxyInput, Registry};
 use crate::{proxy::Options, shutdown::Shutdown};
@@ -187,6 +187,12 @@ impl Api {
         Ok(())
     }
 
+    /// Once the shutdown has fired, waits for every proxy to stop (each gives its
+    /// open connections the shutdown grace period).
+    pub async fn stop(&self) {
+        self.registry.lock().await.stop_all().await;
+    }
+
     /// Every proxy, as `GET /proxies` shows them.
     pub async fn proxies(&self) -> Value {
         serde_json::to_value(self.registry.lock().await.list()).expect("views serialise")
@@ -195,16 +201,23 @@ impl Api {
 
 /// Serves the API on `listener` until `shutdown`; then stops every proxy.
 pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: Shutdown) -> anyhow::Result<()> {
+    let what = format!("control API {}", listener.local_addr()?);
     info!(addr = %listener.local_addr()?, "control api listening");
+    let mut errors = crate::proxy::socket::AcceptErrors::default();
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.wait() => break,
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+                Ok(a) => {
+                    errors.accepted(&what);
+                    a
+                }
                 Err(err) => {
-                    warn!(%err, "api accept failed; retrying in 100 ms");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
+                    let wait = errors.failed(&what, &err);
+                    tokio::select! {
+                        _ = shutdown.wait() => break,
+                        _ = tokio::time::sleep(wait) => continue,
+                    }
                 }
             },
         };
@@ -225,11 +238,12 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: Shutdown) -> 
             }
         });
     }
-    api.registry.lock().await.stop_all().await;
+    api.stop().await;
     Ok(())
 }
 
-type Reply = Response<Full<Bytes>>;
+/// An answer of the API.
+pub type Reply = Response<Full<Bytes>>;
 
 async fn handle(api: &Api, req: Request<Incoming>, peer: SocketAddr) -> Reply {
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
@@ -252,6 +266,17 @@ async fn handle(api: &Api, req: Request<Incoming>, peer: SocketAddr) -> Reply {
             return error(&Error::Unauthorized);
         }
     }
+    let body = match read_body(req).await {
+        Ok(b) => b,
+        Err(e) => return with_id(api, error(&e)),
+    };
+    debug!(%method, %path, %peer, "api call");
+    call(api, &method, &path, &body).await
+}
+
+/// Answers one call whose body has been read (and whose caller was let in): what
+/// every connection does after its checks, and what the fuzz target drives.
+pub async fn call(api: &Api, method: &Method, path: &str, body: &Bytes) -> Reply {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     if segments == ["metrics"] && (api.metrics.proxy || api.metrics.runtime) {
         let text = api.registry.lock().await.metrics(api.metrics);
@@ -274,17 +299,12 @@ async fn handle(api: &Api, req: Request<Incoming>, peer: SocketAddr) -> Reply {
         ["proxies", _, "toxics"] => &[Method::GET, Method::POST],
         _ => return plain(StatusCode::NOT_FOUND, "404 page not found\n"),
     };
-    if !allowed.contains(&method) {
+    if !allowed.contains(method) {
         let mut reply = Response::new(Full::new(Bytes::new()));
         *reply.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
         return reply;
     }
-    let body = match read_body(req).await {
-        Ok(b) => b,
-        Err(e) => return with_id(api, error(&e)),
-    };
-    debug!(%method, %path, %peer, "api call");
-    let reply = route(api, &method, &segments, &body).await;
+    let reply = route(api, method, &segments, body).await;
     with_id(api, reply)
 }
 

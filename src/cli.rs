@@ -367,6 +367,10 @@ pub struct ServeArgs {
     /// Longest wait for an upstream to accept, e.g. 5s or 500ms.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub connect_timeout: Duration,
+    /// On SIGINT or SIGTERM, how long open connections may finish before they are
+    /// reset (a second signal resets them at once), e.g. 10s; 0s closes them at once.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
 }
 
 /// Reads the command line. Invoked as `toxiproxy-server`, or as `snag serve
@@ -501,6 +505,10 @@ pub struct ProxyArgs {
     /// Longest wait for the upstream to accept, e.g. 5s or 500ms.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub connect_timeout: Duration,
+    /// On SIGINT or SIGTERM, how long open connections may finish before they are
+    /// reset (a second signal resets them at once), e.g. 10s; 0s closes them at once.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
 }
 
 impl ProxyArgs {

@@ -31,6 +31,7 @@ pub struct Counters {
     /// Index 0 = 1xx … 4 = 5xx.
     statuses: [AtomicU64; 5],
     upstream_errors: AtomicU64,
+    upstream_resets: AtomicU64,
     bad_requests: AtomicU64,
     empty_connections: AtomicU64,
     after_drain: AtomicU64,
@@ -80,8 +81,11 @@ pub struct Stats {
     pub responses: BTreeMap<&'static str, u64>,
     /// New connections in each second of the run, from the first (at most an hour).
     pub new_connections_per_second: Vec<u64>,
-    /// Requests answered 502 because the upstream failed.
+    /// Connections (TCP mode) or requests (HTTP mode, answered 502) the upstream
+    /// failed: refused, no answer within the connect timeout, reset or closed early.
     pub upstream_errors: u64,
+    /// TCP-mode connections the upstream reset after they were relaying.
+    pub upstream_resets: u64,
     /// Malformed requests (hyper answered 400 and closed).
     pub bad_requests: u64,
     /// TCP connections that closed without a byte either way: layer-4 health checks.
@@ -117,6 +121,7 @@ impl Default for Counters {
             data_requests: AtomicU64::default(),
             statuses: Default::default(),
             upstream_errors: AtomicU64::default(),
+            upstream_resets: AtomicU64::default(),
             bad_requests: AtomicU64::default(),
             empty_connections: AtomicU64::default(),
             after_drain: AtomicU64::default(),
@@ -184,6 +189,11 @@ impl Counters {
     /// The upstream could not answer.
     pub fn upstream_error(&self) {
         self.upstream_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The upstream reset a TCP-mode connection mid-stream.
+    pub fn upstream_reset(&self) {
+        self.upstream_resets.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A drain reset a connection.
@@ -261,6 +271,7 @@ impl Counters {
                 .collect(),
             new_connections_per_second: ids.per_second.clone(),
             upstream_errors: get(&self.upstream_errors),
+            upstream_resets: get(&self.upstream_resets),
             bad_requests: get(&self.bad_requests),
             empty_connections: get(&self.empty_connections),
             requests_after_drain: get(&self.after_drain),

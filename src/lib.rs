@@ -171,10 +171,12 @@ impl Evidence {
         &self,
         on_upstream_error: proxy::relay::OnUpstreamError,
         connect_timeout: std::time::Duration,
+        shutdown_timeout: std::time::Duration,
     ) -> Options {
         Options {
             on_upstream_error,
             connect_timeout,
+            shutdown_timeout,
             events: self.events.clone(),
             capture: self.capture.clone(),
             ..Options::default()
@@ -238,7 +240,11 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         _ => None,
     };
     let evidence = Evidence::open(&args.evidence, file_capture)?;
-    let options = evidence.options(args.on_upstream_error, args.connect_timeout);
+    let options = evidence.options(
+        args.on_upstream_error,
+        args.connect_timeout,
+        args.shutdown_timeout,
+    );
     let listener = proxy::socket::bind(args.listen)
         .with_context(|| format!("control API: could not bind {}", args.listen))?;
     let metrics = api::Metrics {
@@ -295,7 +301,11 @@ async fn run_proxies(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> 
         seed
     });
     let evidence = Evidence::open(&args.evidence, scenario.capture.clone())?;
-    let options = evidence.options(args.on_upstream_error, args.connect_timeout);
+    let options = evidence.options(
+        args.on_upstream_error,
+        args.connect_timeout,
+        args.shutdown_timeout,
+    );
     let running = start(&scenario, seed, &options, &shutdown)?;
     if let (Some(spec), Some(first)) = (args.drain, running.first()) {
         let proxy = first.proxy.clone();

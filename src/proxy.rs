@@ -59,6 +59,9 @@ pub struct Options {
     pub probe_listen: Option<std::net::SocketAddr>,
     /// Where both legs of every connection are captured, if anywhere (TCP mode).
     pub capture: Option<Arc<crate::capture::Capture>>,
+    /// On shutdown, how long open connections may finish before they are reset;
+    /// zero: they are closed at once.
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for Options {
@@ -73,6 +76,7 @@ impl Default for Options {
             events: None,
             probe_listen: None,
             capture: None,
+            shutdown_timeout: Duration::ZERO,
         }
     }
 }
@@ -461,6 +465,11 @@ async fn handle(
                 _ => format!("no answer within {:?}", options.connect_timeout),
             };
             debug!(upstream = %proxy.upstream, %why, "upstream connect failed");
+            proxy.counters.upstream_error();
+            proxy.event(
+                "upstream_failed",
+                serde_json::json!({ "connection": conn, "why": why }),
+            );
             if options.on_upstream_error == OnUpstreamError::Reset {
                 socket::reset_on_close(&client);
             }
@@ -497,6 +506,10 @@ async fn handle(
     ];
     if counts == [0; 4] && outcome.ending == Ending::Eof {
         proxy.counters.empty_connection();
+    }
+    if outcome.ending == (Ending::Reset { by: Side::Upstream }) && !outcome.fault_reset {
+        proxy.counters.upstream_reset();
+        proxy.event("upstream_reset", serde_json::json!({ "connection": conn }));
     }
     if outcome.fault_reset {
         proxy.counters.fault_reset();

@@ -2,14 +2,19 @@
 
 use tokio_util::sync::CancellationToken;
 
-/// A cloneable "stop now" signal. Cheap to clone; every clone sees the trigger.
+/// A cloneable stop signal in two steps. Cheap to clone; every clone sees the trigger.
+/// The first step, [`Shutdown::trigger`], stops accepting: what is open may finish
+/// within its grace period. The second, [`Shutdown::now`], ends what is still open.
 #[derive(Debug, Clone, Default)]
-pub struct Shutdown(CancellationToken);
+pub struct Shutdown {
+    stop: CancellationToken,
+    now: CancellationToken,
+}
 
 impl Shutdown {
     /// A token that only [`Shutdown::trigger`] fires.
     pub fn new() -> Shutdown {
-        Shutdown(CancellationToken::new())
+        Shutdown::default()
     }
 
     /// A token that never fires, for servers that live as long as a test.
@@ -17,46 +22,80 @@ impl Shutdown {
         Shutdown::new()
     }
 
-    /// A token fired by the first Ctrl-C or SIGTERM.
+    /// A token whose first step the first SIGINT or SIGTERM fires and whose second
+    /// step the second fires. A third exits the process at once (status 130), for
+    /// whatever would not end.
     pub fn on_signals() -> Shutdown {
+        use tokio::signal::unix::{SignalKind, signal};
         let token = Shutdown::new();
         let trigger = token.clone();
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            tracing::warn!("could not watch for SIGINT and SIGTERM");
+            return token;
+        };
         tokio::spawn(async move {
-            let term = async {
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(mut s) => {
-                        s.recv().await;
-                    }
-                    Err(_) => std::future::pending().await,
+            for step in 1.. {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
                 }
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term => {}
+                match step {
+                    1 => {
+                        tracing::warn!(
+                            "signal received: no new connections, open ones may finish (a second signal ends them now)"
+                        );
+                        trigger.trigger();
+                    }
+                    2 => {
+                        tracing::warn!("second signal: ending every connection now");
+                        trigger.now();
+                    }
+                    _ => std::process::exit(130),
+                }
             }
-            tracing::info!("signal received, shutting down");
-            trigger.trigger();
         });
         token
     }
 
-    /// Fires the token for every clone.
+    /// The first step, for every clone: stop accepting.
     pub fn trigger(&self) {
-        self.0.cancel();
+        self.stop.cancel();
     }
 
-    /// Whether it has fired.
+    /// Both steps, for every clone: stop accepting and end what is open.
+    pub fn now(&self) {
+        self.stop.cancel();
+        self.now.cancel();
+    }
+
+    /// Whether the first step has fired.
     pub fn is_triggered(&self) -> bool {
-        self.0.is_cancelled()
+        self.stop.is_cancelled()
     }
 
-    /// Resolves once the token fires. Cancel-safe.
+    /// Whether the second step has fired.
+    pub fn is_now(&self) -> bool {
+        self.now.is_cancelled()
+    }
+
+    /// Resolves once the first step fires. Cancel-safe.
     pub async fn wait(&self) {
-        self.0.cancelled().await
+        self.stop.cancelled().await
+    }
+
+    /// Resolves once the second step fires. Cancel-safe.
+    pub async fn wait_now(&self) {
+        self.now.cancelled().await
     }
 
     /// A token that fires with this one, or on its own trigger without firing this one.
     pub fn child(&self) -> Shutdown {
-        Shutdown(self.0.child_token())
+        Shutdown {
+            stop: self.stop.child_token(),
+            now: self.now.child_token(),
+        }
     }
 }

@@ -458,10 +458,14 @@ impl Registry {
         out
     }
 
-    /// Stops every proxy.
+    /// Waits for every proxy to stop, once the server's shutdown has fired: each
+    /// gives its open connections the shutdown grace period.
     pub async fn stop_all(&mut self) {
         for entry in self.entries.values_mut() {
-            stop(entry).await;
+            entry.enabled = false;
+            if let Some((_, task)) = entry.running.take() {
+                let _ = task.await;
+            }
         }
     }
 
@@ -527,7 +531,7 @@ fn label(v: &str) -> String {
 async fn stop(entry: &mut Entry) {
     entry.enabled = false;
     if let Some((stop, task)) = entry.running.take() {
-        stop.trigger();
+        stop.now();
         let _ = task.await;
     }
 }

@@ -45,6 +45,9 @@ pub(super) async fn serve(
     let mut drains = proxy.drain.subscribe();
     let mut listener = Some(listener);
     let mut plugs = Plugs::default();
+    let mut errors = socket::AcceptErrors::default();
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    let what = format!("{} {addr}", proxy.name);
     let tracker = TaskTracker::new();
     let http = (proxy.options.mode == Mode::Http).then(|| crate::http::upstream(&proxy));
     info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream, "listening");
@@ -92,16 +95,18 @@ pub(super) async fn serve(
                 plugs.drain(l);
             }
         }
-        let accepting = state == Listening::Accepting && listener.is_some();
+        let accepting = state == Listening::Accepting && listener.is_some() && retry_at.is_none();
         tokio::select! {
             biased;
             _ = shutdown.wait() => break,
             changed = faults.changed() => if changed.is_err() { break },
             _ = drains.changed() => {}
+            _ = async { tokio::time::sleep_until(retry_at.expect("branch runs only when waiting")).await }, if retry_at.is_some() => retry_at = None,
             accepted = async { listener.as_ref().expect("branch runs only with a listener").accept().await }, if accepting => {
                 match accepted {
                     Ok((stream, peer)) if plugs.addrs.remove(&peer) => drop(stream),
                     Ok((stream, peer)) => {
+                        errors.accepted(&what);
                         let conn = proxy.next_conn.fetch_add(1, Ordering::Relaxed);
                         let span = info_span!("conn", proxy = %proxy.name, id = conn, %peer);
                         // Registered here, not in the task, so a shutdown that comes
@@ -120,19 +125,50 @@ pub(super) async fn serve(
                             }
                         }
                     }
-                    Err(err) => {
-                        // EMFILE and friends: let open connections finish and free
-                        // descriptors, then try again.
-                        warn!(proxy = %proxy.name, %err, "accept failed; retrying in 100 ms");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
+                    Err(err) => retry_at = Some(tokio::time::Instant::now() + errors.failed(&what, &err)),
                 }
             }
         }
     }
     drop(listener);
-    proxy.each_conn(|c| c.shutdown());
     tracker.close();
+    // Stopped in one step (the API disabling a proxy, a second signal): at once.
+    let grace = if shutdown.is_now() {
+        Duration::ZERO
+    } else {
+        proxy.options.shutdown_timeout
+    };
+    if grace.is_zero() {
+        proxy.each_conn(|c| c.shutdown());
+    } else if !tracker.is_empty() {
+        // As a graceful drain: HTTP connections close once idle, TCP ones when their
+        // peers close them; whatever is open at the deadline is reset.
+        let open = tracker.len();
+        info!(proxy = %proxy.name, %addr, open, ?grace, "shutting down: open connections may finish");
+        proxy.event(
+            "shutdown_started",
+            serde_json::json!({ "listener": addr, "open": open, "grace_ms": grace.as_millis() }),
+        );
+        proxy.each_conn(|c| c.drain());
+        let finished = tokio::select! {
+            _ = tracker.wait() => true,
+            _ = tokio::time::sleep(grace) => false,
+            _ = shutdown.wait_now() => false,
+        };
+        if !finished {
+            let mut reset = 0;
+            proxy.each_conn(|c| {
+                proxy.counters.drain_reset();
+                c.reset();
+                reset += 1;
+            });
+            warn!(proxy = %proxy.name, %addr, reset, "shutting down: reset the connections still open");
+            proxy.event(
+                "shutdown_reset",
+                serde_json::json!({ "listener": addr, "connections": reset }),
+            );
+        }
+    }
     tracker.wait().await;
     Ok(())
 }

@@ -37,3 +37,54 @@ pub fn reset_on_close(stream: &TcpStream) {
 pub fn reset_fd_on_close(fd: &std::os::fd::OwnedFd) {
     let _ = SockRef::from(fd).set_linger(Some(Duration::ZERO));
 }
+
+/// What an accept loop does after `accept` fails (EMFILE, ENFILE, ENOBUFS …): wait,
+/// longer after each failure in a row, while open connections go on and free
+/// descriptors; say so once per [`AcceptErrors::LOG_EVERY`], not once per try.
+#[derive(Debug, Default)]
+pub struct AcceptErrors {
+    /// Failures in a row.
+    failures: u64,
+    /// Failures not yet logged.
+    unlogged: u64,
+    logged_at: Option<tokio::time::Instant>,
+}
+
+impl AcceptErrors {
+    /// How often a run of failures is logged.
+    pub const LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+    const FIRST_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+    const LONGEST_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// Notes a failure of the listener `what`; returns how long to wait before the next
+    /// accept.
+    pub fn failed(&mut self, what: &str, err: &io::Error) -> std::time::Duration {
+        self.failures += 1;
+        self.unlogged += 1;
+        let now = tokio::time::Instant::now();
+        if self
+            .logged_at
+            .is_none_or(|at| now.duration_since(at) >= Self::LOG_EVERY)
+        {
+            tracing::warn!(
+                listener = what,
+                %err,
+                failures = self.unlogged,
+                "accept failed; backing off while open connections go on (logged once per {} s)",
+                Self::LOG_EVERY.as_secs()
+            );
+            self.unlogged = 0;
+            self.logged_at = Some(now);
+        }
+        let doublings = u32::try_from(self.failures.min(16)).unwrap_or(16) - 1;
+        (Self::FIRST_WAIT * 2u32.pow(doublings)).min(Self::LONGEST_WAIT)
+    }
+
+    /// Notes a success: logs the end of a run of failures.
+    pub fn accepted(&mut self, what: &str) {
+        if self.failures > 0 {
+            tracing::warn!(listener = what, failures = self.failures, "accepting again");
+            *self = AcceptErrors::default();
+        }
+    }
+}

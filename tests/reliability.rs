@@ -1,0 +1,473 @@
+//! What keeps snag standing: shutdown in two steps, descriptors running out, upstreams
+//! that refuse, hang or die, and every byte intact through chains of faults.
+
+mod common;
+
+use std::{
+    io::{self, BufRead, BufReader},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use common::{echo_server, refused, spawn_proxy, spawn_proxy_with, within};
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use snag::proxy::Options;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    time::{Instant, timeout},
+};
+
+/// A `snag` process, killed by its PID when the test ends however it ends.
+struct Snag {
+    child: std::process::Child,
+    listen: SocketAddr,
+    stderr: PathBuf,
+}
+
+impl Drop for Snag {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Snag {
+    /// `snag proxy --name shut ARGS`, under `ulimit -n LIMIT` if given; waits for its
+    /// table row and reads the address from it.
+    async fn proxy(dir: &Path, limit: Option<u32>, args: &[&str]) -> Snag {
+        let stderr = dir.join("stderr.log");
+        let snag = env!("CARGO_BIN_EXE_snag");
+        let mut command = match limit {
+            Some(n) => {
+                let mut c = Command::new("bash");
+                c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), snag]);
+                c
+            }
+            None => Command::new(snag),
+        };
+        let mut child = command
+            .args([
+                "proxy",
+                "--name",
+                "shut",
+                "--listen",
+                "127.0.0.1:0",
+                "--seed",
+                "1",
+            ])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let listen = tokio::task::spawn_blocking(move || {
+            for line in BufReader::new(stdout).lines() {
+                let line = line.unwrap();
+                if let Some(rest) = line.strip_prefix("shut ") {
+                    return rest.split_whitespace().next().unwrap().parse().unwrap();
+                }
+            }
+            panic!("snag proxy ended without its table row");
+        });
+        let listen = within(10, listen).await.unwrap();
+        Snag {
+            child,
+            listen,
+            stderr,
+        }
+    }
+
+    fn signal(&self) {
+        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
+    }
+
+    /// Waits (at most `secs`) for the process to exit; its status.
+    async fn exited(&mut self, secs: u64) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "snag did not exit within {secs} s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap()
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("snag-reliability-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// One small message there and back on an open connection.
+async fn echo(stream: &mut TcpStream, msg: &[u8]) -> io::Result<()> {
+    stream.write_all(msg).await?;
+    let mut buf = vec![0; msg.len()];
+    stream.read_exact(&mut buf).await?;
+    assert_eq!(buf, msg);
+    Ok(())
+}
+
+/// What reading a connection to its end gives: `Ok(bytes)` on EOF, or the error.
+async fn read_end(stream: &mut TcpStream, secs: u64) -> io::Result<Vec<u8>> {
+    let mut got = Vec::new();
+    within(secs, stream.read_to_end(&mut got))
+        .await
+        .map(|_| got)
+}
+
+/// The capture read back by tshark, an observer apart from snag: one line per frame
+/// with its TCP flags. tshark fails on a file cut short.
+fn tshark_flags(capture: &Path) -> Vec<String> {
+    let out = Command::new("tshark")
+        .args([
+            "-r",
+            capture.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-e",
+            "tcp.flags.str",
+        ])
+        .output()
+        .expect("tshark runs (scripts/install-deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "tshark could not read {}: {}",
+        capture.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// Every line of the event log is JSON; the kinds in order.
+fn event_kinds(events: &Path) -> Vec<String> {
+    std::fs::read_to_string(events)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            v["event"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_signal_stops_accepting_lets_open_connections_finish_then_resets_the_rest() {
+    let dir = scratch("graceful");
+    let (capture, events, stats) = (
+        dir.join("c.pcapng"),
+        dir.join("e.jsonl"),
+        dir.join("s.json"),
+    );
+    let echo_addr = echo_server().await;
+    let mut snag = Snag::proxy(
+        &dir,
+        None,
+        &[
+            "--upstream",
+            &echo_addr.to_string(),
+            "--capture",
+            capture.to_str().unwrap(),
+            "--events",
+            events.to_str().unwrap(),
+            "--stats",
+            stats.to_str().unwrap(),
+            "--shutdown-timeout",
+            "2s",
+        ],
+    )
+    .await;
+    let mut finishing = TcpStream::connect(snag.listen).await.unwrap();
+    let mut lingering = TcpStream::connect(snag.listen).await.unwrap();
+    within(5, echo(&mut finishing, b"one")).await.unwrap();
+    within(5, echo(&mut lingering, b"two")).await.unwrap();
+
+    let signalled = Instant::now();
+    snag.signal();
+    refused(snag.listen).await;
+    // Open connections still work during the grace period, and one that its client
+    // ends, ends cleanly.
+    within(5, echo(&mut finishing, b"still here"))
+        .await
+        .unwrap();
+    finishing.shutdown().await.unwrap();
+    assert_eq!(read_end(&mut finishing, 5).await.unwrap(), b"");
+    // The one left open is reset at the deadline, not before.
+    let err = read_end(&mut lingering, 10).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+    assert!(
+        signalled.elapsed() >= Duration::from_secs(2),
+        "reset after {:?}",
+        signalled.elapsed()
+    );
+    assert!(snag.exited(10).await.success(), "{}", snag.stderr());
+
+    let flags = tshark_flags(&capture);
+    assert!(
+        flags.iter().any(|f| f.contains('R')),
+        "an RST in the capture: {flags:?}"
+    );
+    assert!(
+        flags.iter().any(|f| f.contains('F')),
+        "a FIN in the capture: {flags:?}"
+    );
+    let kinds = event_kinds(&events);
+    assert!(
+        kinds.contains(&"shutdown_started".to_string())
+            && kinds.contains(&"shutdown_reset".to_string()),
+        "{kinds:?}"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(stats["shut"]["drain_resets"], 1, "{stats}");
+    assert_eq!(stats["shut"]["active_connections"], 0, "{stats}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_second_signal_ends_every_connection_at_once_and_leaves_valid_files() {
+    let dir = scratch("second-signal");
+    let (capture, events) = (dir.join("c.pcapng"), dir.join("e.jsonl"));
+    let echo_addr = echo_server().await;
+    let mut snag = Snag::proxy(
+        &dir,
+        None,
+        &[
+            "--upstream",
+            &echo_addr.to_string(),
+            "--capture",
+            capture.to_str().unwrap(),
+            "--events",
+            events.to_str().unwrap(),
+            "--shutdown-timeout",
+            "60s",
+        ],
+    )
+    .await;
+    let mut open = TcpStream::connect(snag.listen).await.unwrap();
+    within(5, echo(&mut open, b"hello")).await.unwrap();
+    snag.signal();
+    refused(snag.listen).await;
+    within(5, echo(&mut open, b"grace")).await.unwrap();
+    let second = Instant::now();
+    snag.signal();
+    let err = read_end(&mut open, 10).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+    assert!(snag.exited(10).await.success(), "{}", snag.stderr());
+    assert!(
+        second.elapsed() < Duration::from_secs(30),
+        "the 60 s grace was cut short"
+    );
+    assert!(tshark_flags(&capture).iter().any(|f| f.contains('R')));
+    assert!(event_kinds(&events).contains(&"shutdown_reset".to_string()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn out_of_descriptors_snag_backs_off_keeps_serving_and_recovers() {
+    let dir = scratch("emfile");
+    let echo_addr = echo_server().await;
+    // Each relayed connection costs snag two descriptors. With an even number left
+    // for connections, the last accept fails (EMFILE) and the client waits in the
+    // kernel's queue; with an odd number, the accept takes the last descriptor and
+    // the dial fails, so the client is reset. The first is the case to see: one of
+    // two limits a descriptor apart gives it.
+    let mut found = None;
+    for limit in [64, 65] {
+        let snag = Snag::proxy(&dir, Some(limit), &["--upstream", &echo_addr.to_string()]).await;
+        let mut served = Vec::new();
+        for i in 0..64u32 {
+            let mut stream = TcpStream::connect(snag.listen).await.unwrap();
+            match timeout(
+                Duration::from_millis(500),
+                echo(&mut stream, &i.to_le_bytes()),
+            )
+            .await
+            {
+                Ok(Ok(())) => served.push(stream),
+                Ok(Err(err)) => {
+                    assert_eq!(
+                        err.kind(),
+                        io::ErrorKind::ConnectionReset,
+                        "the dial failed: RST"
+                    );
+                    break;
+                }
+                Err(_) => {
+                    found = Some((snag, served, stream));
+                    break;
+                }
+            }
+        }
+        if found.is_some() {
+            break;
+        }
+    }
+    let (mut snag, mut served, stuck) =
+        found.expect("one of two limits leaves the last accept failing");
+    assert!(
+        served.len() >= 10,
+        "only {} connections before EMFILE",
+        served.len()
+    );
+    // Out of descriptors for a second: snag keeps retrying the accept, backing off;
+    // the open connections go on meanwhile.
+    let until = Instant::now() + Duration::from_secs(1);
+    for round in 0..1000 {
+        if Instant::now() >= until {
+            break;
+        }
+        let i = round % served.len();
+        within(5, echo(&mut served[i], format!("still {round}").as_bytes()))
+            .await
+            .unwrap();
+    }
+    let log = snag.stderr();
+    assert_eq!(
+        log.matches("accept failed").count(),
+        1,
+        "logged once per interval, not once per try:\n{log}"
+    );
+    // Free descriptors: the waiting connection is served, and new ones too.
+    drop(served);
+    let mut stuck = stuck;
+    // Its first message, written while it waited, comes back first.
+    stuck.write_all(b"served at last").await.unwrap();
+    let mut back = [0; 4 + 14];
+    within(10, stuck.read_exact(&mut back)).await.unwrap();
+    assert_eq!(&back[4..], b"served at last");
+    let mut fresh = TcpStream::connect(snag.listen).await.unwrap();
+    within(5, echo(&mut fresh, b"fresh")).await.unwrap();
+    let log = snag.stderr();
+    let retries: u64 = log
+        .lines()
+        .find(|l| l.contains("accepting again"))
+        .and_then(|l| l.rsplit("failures").next())
+        .map(|n| n.chars().filter(char::is_ascii_digit).collect::<String>())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no recovery line:\n{log}"));
+    assert!(
+        retries >= 3,
+        "backed off and retried over the second: {retries} tries\n{log}"
+    );
+    snag.signal();
+    drop((stuck, fresh));
+    assert!(snag.exited(10).await.success(), "{}", snag.stderr());
+    assert!(!snag.stderr().contains("panicked"), "{}", snag.stderr());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn upstreams_that_refuse_hang_or_die_are_seen_by_clients_and_counted() {
+    within(30, async {
+        // Refusing: a port with nothing behind it.
+        let dead = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let (proxy_addr, proxy) = spawn_proxy(dead, &[]).await;
+        let mut client = TcpStream::connect(proxy_addr).await.unwrap();
+        let err = read_end(&mut client, 5).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+        assert_eq!(proxy.counters().snapshot().upstream_errors, 1);
+
+        // Hanging on connect: an upstream whose accept queue is full drops SYNs (snag's
+        // own syn_drop). Twenty clients at once are each reset after the connect
+        // timeout; the accept loop never waits on a dial, so all twenty are accepted
+        // and answered together, not one timeout after another.
+        let echo_addr = echo_server().await;
+        let (hanging, _) = spawn_proxy(echo_addr, &["syn_drop"]).await;
+        let options = Options {
+            connect_timeout: Duration::from_millis(300),
+            ..Options::default()
+        };
+        let (proxy_addr, proxy) = spawn_proxy_with(hanging, &[], 1, options).await;
+        let started = Instant::now();
+        let clients: Vec<_> = (0..20)
+            .map(|_| {
+                tokio::spawn(async move {
+                    let mut client = TcpStream::connect(proxy_addr).await.unwrap();
+                    read_end(&mut client, 10).await.unwrap_err().kind()
+                })
+            })
+            .collect();
+        let mut kinds = Vec::new();
+        for client in clients {
+            kinds.push(client.await.unwrap());
+        }
+        assert!(
+            kinds.iter().all(|k| *k == io::ErrorKind::ConnectionReset),
+            "{kinds:?}"
+        );
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(300),
+            "reset before the connect timeout: {took:?}"
+        );
+        assert!(
+            took < Duration::from_secs(3),
+            "twenty timeouts in a row, not together: {took:?}"
+        );
+        assert_eq!(proxy.counters().snapshot().upstream_errors, 20);
+
+        // Dying mid-stream: the upstream answers, then resets; or answers, then closes.
+        for reset in [true, false] {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let backend = listener.local_addr().unwrap();
+            tokio::spawn(async move {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = [0; 4];
+                s.read_exact(&mut buf).await.unwrap();
+                s.write_all(b"partial answer").await.unwrap();
+                if reset {
+                    snag::proxy::socket::reset_on_close(&s);
+                }
+                drop(s);
+            });
+            let (proxy_addr, proxy) = spawn_proxy(backend, &[]).await;
+            let mut client = TcpStream::connect(proxy_addr).await.unwrap();
+            client.write_all(b"ping").await.unwrap();
+            let mut got = vec![0; 14];
+            client.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, b"partial answer");
+            let end = read_end(&mut client, 5).await;
+            if reset {
+                assert_eq!(end.unwrap_err().kind(), io::ErrorKind::ConnectionReset);
+                common::until(5, "the reset counted", || {
+                    proxy.counters().snapshot().upstream_resets == 1
+                })
+                .await;
+            } else {
+                assert_eq!(end.unwrap(), b"", "a clean close reaches the client as EOF");
+            }
+            // The proxy lives on: the next connection is accepted and relayed.
+            let mut next = TcpStream::connect(proxy_addr).await.unwrap();
+            next.write_all(b"ping").await.unwrap();
+            let _ = read_end(&mut next, 5).await;
+            assert_eq!(proxy.counters().snapshot().connections, 2);
+        }
+    })
+    .await;
+}
