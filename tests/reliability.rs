@@ -471,3 +471,189 @@ async fn upstreams_that_refuse_hang_or_die_are_seen_by_clients_and_counted() {
     })
     .await;
 }
+
+/// Faults that delay, split, pace or hold bytes but never change them, at settings
+/// that keep a large transfer quick.
+const PRESERVING: &[&str] = &[
+    "latency:latency=1,jitter=1",
+    "slicer:average_size=3000,size_variation=2500,delay=0",
+    "slicer:average_size=64,size_variation=60,delay=0,toxicity=0.5",
+    "bandwidth:rate=400000",
+    "loss:probability=0.01,rto=1,segment=16000",
+    "slow_close:delay=20",
+    "latency:latency=2,toxicity=0.3",
+];
+
+/// The stream each side sends: a random block repeated, each repetition shifted by
+/// one byte more, so a misplaced block shows as well as a changed byte. Checking a
+/// received chunk is a few memcmps at its offset.
+struct Stream {
+    block: Vec<u8>,
+}
+
+impl Stream {
+    const BLOCK: usize = 1 << 20;
+
+    fn new(seed: u32) -> Stream {
+        Stream {
+            block: common::pattern(Self::BLOCK, seed),
+        }
+    }
+
+    /// The bytes at `offset .. offset + into.len()`, into `into`.
+    fn fill(&self, mut offset: u64, into: &mut [u8]) {
+        let mut done = 0;
+        while done < into.len() {
+            let n = Self::BLOCK as u64;
+            let at = ((offset % n + offset / n) % n) as usize;
+            // Up to the end of the block, and of this repetition.
+            let take = (into.len() - done)
+                .min(Self::BLOCK - at)
+                .min((n - offset % n) as usize);
+            into[done..done + take].copy_from_slice(&self.block[at..at + take]);
+            done += take;
+            offset += take as u64;
+        }
+    }
+
+    /// Whether `got` is what the stream holds at `offset`.
+    fn matches(&self, offset: u64, got: &[u8], scratch: &mut Vec<u8>) -> bool {
+        scratch.resize(got.len(), 0);
+        self.fill(offset, scratch);
+        scratch[..] == *got
+    }
+}
+
+/// Sends `len` bytes of `out` in random-sized writes while reading `input` to EOF and
+/// checking it against `expect`; half-closes its write side when done writing, or,
+/// with `close_last`, only after the peer's EOF. Returns the bytes read.
+async fn converse(
+    stream: TcpStream,
+    out: std::sync::Arc<Stream>,
+    len: u64,
+    expect: std::sync::Arc<Stream>,
+    close_last: bool,
+    seed: u64,
+) -> u64 {
+    use rand::{RngExt, SeedableRng};
+    let (mut rx, mut tx) = stream.into_split();
+    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
+    let writer = tokio::spawn(async move {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let mut buf = vec![0; 256 << 10];
+        let mut sent = 0u64;
+        while sent < len {
+            let n = (rng.random_range(1..=buf.len()) as u64).min(len - sent) as usize;
+            out.fill(sent, &mut buf[..n]);
+            tx.write_all(&buf[..n]).await.unwrap();
+            sent += n as u64;
+        }
+        if close_last {
+            let _ = eof_rx.await;
+        }
+        tx.shutdown().await.unwrap();
+    });
+    let mut buf = vec![0; 128 << 10];
+    let mut scratch = Vec::new();
+    let mut got = 0u64;
+    loop {
+        let n = rx.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        assert!(
+            expect.matches(got, &buf[..n], &mut scratch),
+            "bytes {got}..{} differ from what was sent",
+            got + n as u64
+        );
+        got += n as u64;
+    }
+    let _ = eof_tx.send(());
+    writer.await.unwrap();
+    got
+}
+
+/// `SNAG_INTEGRITY_BYTES` (default 256 MiB) pushed through random chains of
+/// byte-preserving faults, half up and half down, over `SNAG_INTEGRITY_RUNS`
+/// connections (default 8), each with its own chain, seed and half-close order
+/// (client last, server last, or as each finishes). RELIABILITY.md gives the 1 GiB
+/// command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_byte_crosses_random_chains_of_byte_preserving_faults_both_ways() {
+    use rand::{RngExt, SeedableRng};
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let total = env("SNAG_INTEGRITY_BYTES", 256 << 20);
+    let runs = env("SNAG_INTEGRITY_RUNS", 8).max(1);
+    let seed = env("SNAG_INTEGRITY_SEED", 1);
+    let up = std::sync::Arc::new(Stream::new(seed as u32 ^ 0x5eed));
+    let down = std::sync::Arc::new(Stream::new(seed as u32 ^ 0xd0d0));
+    let started = Instant::now();
+    for run in 0..runs {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed.wrapping_mul(1000) + run);
+        let mut chain = Vec::new();
+        for (i, spec) in PRESERVING.iter().enumerate() {
+            if rng.random_bool(0.5) {
+                let stream = if rng.random_bool(0.5) {
+                    "upstream"
+                } else {
+                    "downstream"
+                };
+                chain.push(format!("{spec},stream={stream},name=f{i}"));
+            }
+        }
+        // Order matters in a chain.
+        for i in (1..chain.len()).rev() {
+            chain.swap(i, rng.random_range(0..=i));
+        }
+        let each = total / runs / 2;
+        let (len_up, len_down) = (
+            each + rng.random_range(0..4096),
+            each + rng.random_range(0..4096),
+        );
+        let who_closes_last = rng.random_range(0..3); // 0 client, 1 server, 2 neither
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let backend = listener.local_addr().unwrap();
+        let (to_client, from_client) = (down.clone(), up.clone());
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            converse(
+                stream,
+                to_client,
+                len_down,
+                from_client,
+                who_closes_last == 1,
+                run,
+            )
+            .await
+        });
+        let specs: Vec<&str> = chain.iter().map(String::as_str).collect();
+        let (proxy, _) = spawn_proxy_with(backend, &specs, seed + run, Options::default()).await;
+        let client = TcpStream::connect(proxy).await.unwrap();
+        let what = format!("run {run} (SNAG_INTEGRITY_SEED={seed}), chain {chain:?}");
+        let got_down = within(
+            600,
+            converse(
+                client,
+                up.clone(),
+                len_up,
+                down.clone(),
+                who_closes_last == 0,
+                !run,
+            ),
+        )
+        .await;
+        let got_up = within(60, server).await.unwrap();
+        assert_eq!(got_up, len_up, "{what}: bytes up");
+        assert_eq!(got_down, len_down, "{what}: bytes down");
+    }
+    eprintln!(
+        "{} MiB through {runs} chains in {:.1} s",
+        total >> 20,
+        started.elapsed().as_secs_f64()
+    );
+}
