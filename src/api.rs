@@ -11,10 +11,12 @@ mod toxic;
 use std::{
     convert::Infallible,
     net::SocketAddr,
+    path::PathBuf,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -86,6 +88,9 @@ pub enum Error {
     /// A token is set and the request did not carry it.
     #[error("unauthorized")]
     Unauthorized,
+    /// The body did not arrive within the time allowed.
+    #[error("request body not received within {0:?}")]
+    SlowBody(Duration),
 }
 
 impl Error {
@@ -97,6 +102,7 @@ impl Error {
             Error::Listen(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::SlowBody(_) => StatusCode::REQUEST_TIMEOUT,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -108,6 +114,33 @@ pub struct Api {
     token: Option<String>,
     requests: AtomicU64,
     metrics: Metrics,
+    header_timeout: Duration,
+}
+
+/// Who may call the API, what it serves and where its files go.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// With a token, every request must carry `Authorization: Bearer TOKEN`.
+    pub token: Option<String>,
+    /// Which `/metrics` families are served.
+    pub metrics: Metrics,
+    /// The directory that capture and event files named through the API are confined
+    /// to; `None`: the API takes no file names.
+    pub files: Option<PathBuf>,
+    /// How long a client may take to send a request's headers, and then its body:
+    /// a slow client (slowloris) is cut off, not waited on.
+    pub header_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            token: None,
+            metrics: Metrics::default(),
+            files: None,
+            header_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Which `/metrics` families are served; with none, `/metrics` is 404 as in Toxiproxy.
@@ -120,20 +153,15 @@ pub struct Metrics {
 }
 
 impl Api {
-    /// An API with no proxies yet. With `token`, every request must carry
-    /// `Authorization: Bearer TOKEN`.
-    pub fn new(
-        seed: u64,
-        options: Options,
-        token: Option<String>,
-        metrics: Metrics,
-        shutdown: Shutdown,
-    ) -> Arc<Api> {
+    /// An API with no proxies yet, whose proxies use `seed` and `options` and stop
+    /// on `shutdown`.
+    pub fn new(seed: u64, options: Options, settings: Settings, shutdown: Shutdown) -> Arc<Api> {
         Arc::new(Api {
-            registry: Mutex::new(Registry::new(seed, options, shutdown)),
-            token,
+            registry: Mutex::new(Registry::new(seed, options, settings.files, shutdown)),
+            token: settings.token,
             requests: AtomicU64::new(0),
-            metrics,
+            metrics: settings.metrics,
+            header_timeout: settings.header_timeout,
         })
     }
 
@@ -169,6 +197,7 @@ impl Api {
                 id_headers: spec.id_headers.clone(),
                 instance: spec.instance.clone(),
                 capture: None,
+                events: None,
             };
             registry.create(input).await?;
             let proxy = registry.proxy(&spec.name)?;
@@ -224,12 +253,13 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: Shutdown) -> 
         let api = api.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
+            let timeout = api.header_timeout;
             let service = service_fn(move |req| {
                 let api = api.clone();
                 async move { Ok::<_, Infallible>(handle(&api, req, peer).await) }
             });
             let conn = http1::Builder::new()
-                .header_read_timeout(std::time::Duration::from_secs(15))
+                .header_read_timeout(timeout)
                 .timer(hyper_util::rt::TokioTimer::new())
                 .serve_connection(TokioIo::new(stream), service);
             tokio::select! {
@@ -266,9 +296,10 @@ async fn handle(api: &Api, req: Request<Incoming>, peer: SocketAddr) -> Reply {
             return error(&Error::Unauthorized);
         }
     }
-    let body = match read_body(req).await {
-        Ok(b) => b,
-        Err(e) => return with_id(api, error(&e)),
+    let body = match tokio::time::timeout(api.header_timeout, read_body(req)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return with_id(api, error(&e)),
+        Err(_) => return with_id(api, error(&Error::SlowBody(api.header_timeout))),
     };
     debug!(%method, %path, %peer, "api call");
     call(api, &method, &path, &body).await
@@ -475,6 +506,15 @@ fn populate_error(e: &Error, done: Option<Vec<registry::ProxyView>>) -> Reply {
     json(e.status(), &body)
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether `given` equals `secret`, in a time that depends on `given`'s length only:
+/// neither the secret's bytes nor its length show in how long a wrong guess takes.
+fn constant_time_eq(given: &[u8], secret: &[u8]) -> bool {
+    if secret.is_empty() {
+        return given.is_empty();
+    }
+    let mut diff = given.len() ^ secret.len();
+    for (i, g) in given.iter().enumerate() {
+        diff |= usize::from(g ^ secret[i % secret.len()]);
+    }
+    diff == 0
 }

@@ -352,6 +352,13 @@ pub struct ServeArgs {
     /// Allow a non-loopback API address without --token.
     #[arg(long)]
     pub insecure_remote: bool,
+    /// The directory that capture and event files named through the API go to; a
+    /// name that would leave it (`..`, an absolute path, a symlink) is refused.
+    #[arg(long, value_name = "DIR", default_value = "captures")]
+    pub files_dir: PathBuf,
+    /// How long a client may take to send a request's headers, and then its body.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub header_timeout: Duration,
     /// Events and captures.
     #[command(flatten)]
     pub evidence: EvidenceArgs,

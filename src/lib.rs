@@ -251,7 +251,13 @@ async fn serve_api(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         proxy: args.proxy_metrics,
         runtime: args.runtime_metrics,
     };
-    let api = api::Api::new(seed, options, args.token.clone(), metrics, shutdown.clone());
+    let settings = api::Settings {
+        token: args.token.clone(),
+        metrics,
+        files: Some(args.files_dir.clone()),
+        header_timeout: args.header_timeout,
+    };
+    let api = api::Api::new(seed, options, settings, shutdown.clone());
     match scenario {
         Some(Err(inputs)) => api.populate(inputs).await.context("config")?,
         Some(Ok(scenario)) => api.load(&scenario, &shutdown).await.context("config")?,

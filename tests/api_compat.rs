@@ -21,7 +21,12 @@ async fn spawn_api_with(token: Option<&str>, metrics: api::Metrics) -> SocketAdd
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let token = token.map(String::from);
-    let api = api::Api::new(1, Options::default(), token, metrics, Shutdown::never());
+    let settings = api::Settings {
+        token,
+        metrics,
+        ..api::Settings::default()
+    };
+    let api = api::Api::new(1, Options::default(), settings, Shutdown::never());
     tokio::spawn(api::serve(listener, api, Shutdown::never()));
     addr
 }

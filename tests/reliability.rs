@@ -657,3 +657,164 @@ async fn every_byte_crosses_random_chains_of_byte_preserving_faults_both_ways() 
         started.elapsed().as_secs_f64()
     );
 }
+
+/// The control API on a loopback port with `settings`.
+async fn spawn_api(settings: snag::api::Settings) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let api = snag::api::Api::new(
+        1,
+        Options::default(),
+        settings,
+        snag::shutdown::Shutdown::never(),
+    );
+    tokio::spawn(snag::api::serve(
+        listener,
+        api,
+        snag::shutdown::Shutdown::never(),
+    ));
+    addr
+}
+
+/// Writes `request` and reads whatever comes back until the API closes, at most `secs`.
+async fn raw(api: SocketAddr, request: &[u8], secs: u64) -> String {
+    let mut stream = TcpStream::connect(api).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut got = Vec::new();
+    let _ = within(secs, stream.read_to_end(&mut got)).await;
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test]
+async fn the_api_cuts_off_slow_and_oversized_requests() {
+    let api = spawn_api(snag::api::Settings {
+        header_timeout: Duration::from_millis(300),
+        ..snag::api::Settings::default()
+    })
+    .await;
+    // Headers that never end (slowloris): the connection is closed, not held.
+    let started = Instant::now();
+    let answer = raw(api, b"GET /version HTTP/1.1\r\nHost: a\r\nX-Slow: 1\r\n", 5).await;
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "held {:?}",
+        started.elapsed()
+    );
+    // A body that never arrives: 408.
+    let answer = raw(
+        api,
+        b"POST /proxies HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{",
+        5,
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    // A body over the limit: 413, before it is all read.
+    let mut big = format!(
+        "POST /proxies HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        2 << 20
+    )
+    .into_bytes();
+    big.resize(big.len() + (2 << 20), b' ');
+    let mut stream = TcpStream::connect(api).await.unwrap();
+    let _ = stream.write_all(&big).await; // the API may close before taking it all
+    let mut got = Vec::new();
+    let _ = within(5, stream.read_to_end(&mut got)).await;
+    let answer = String::from_utf8_lossy(&got);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer:?}");
+    // And a browser is refused whatever it asks.
+    let answer = raw(
+        api,
+        b"POST /reset HTTP/1.1\r\nHost: a\r\nUser-Agent: Mozilla/5.0\r\nContent-Length: 0\r\n\r\n",
+        5,
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer:?}");
+}
+
+#[tokio::test]
+async fn files_named_through_the_api_stay_in_the_files_directory() {
+    let dir = scratch("files");
+    let files = dir.join("files");
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, files.join("link")).unwrap();
+    std::os::unix::fs::symlink(outside.join("target.pcapng"), files.join("trap.pcapng")).unwrap();
+    let api = spawn_api(snag::api::Settings {
+        files: Some(files.clone()),
+        ..snag::api::Settings::default()
+    })
+    .await;
+    let echo_addr = echo_server().await;
+    let create = |name: &str, field: &str, file: &str| {
+        format!(
+            r#"{{"name":"{name}","listen":"127.0.0.1:0","upstream":"{echo_addr}","{field}":"{file}"}}"#
+        )
+    };
+    let escapes = [
+        ("capture", "../escape.pcapng"),
+        ("capture", "/tmp/escape.pcapng"),
+        ("events", "a/../../escape.jsonl"),
+        ("capture", "link/escape.pcapng"),
+        ("capture", "trap.pcapng"),
+        ("events", ""),
+    ];
+    for (i, (field, file)) in escapes.iter().enumerate() {
+        let reply = common::http(
+            api,
+            "POST",
+            "/proxies",
+            &create(&format!("e{i}"), field, file),
+            &[],
+        )
+        .await;
+        assert_eq!(reply.status, 400, "{field} {file:?}: {}", reply.body);
+        assert!(
+            reply.body.contains("files directory") || reply.body.contains("inside"),
+            "{}",
+            reply.body
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing written outside"
+    );
+    assert!(!dir.join("escape.pcapng").exists() && !dir.join("escape.jsonl").exists());
+
+    // A plain name works: the proxy captures to its own file and logs its own events,
+    // both complete once the proxy is deleted.
+    let body = format!(
+        r#"{{"name":"web","listen":"127.0.0.1:0","upstream":"{echo_addr}","capture":"web.pcapng","events":"web.jsonl"}}"#
+    );
+    let reply = common::http(api, "POST", "/proxies", &body, &[]).await;
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let view: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(view["capture_file"], "web.pcapng");
+    let listen: SocketAddr = view["listen"].as_str().unwrap().parse().unwrap();
+    let mut stream = TcpStream::connect(listen).await.unwrap();
+    within(5, echo(&mut stream, b"captured")).await.unwrap();
+    drop(stream);
+    let reply = common::http(
+        api,
+        "POST",
+        "/proxies/web/toxics",
+        r#"{"type":"latency","attributes":{"latency":1}}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let reply = common::http(api, "DELETE", "/proxies/web", "", &[]).await;
+    assert_eq!(reply.status, 204);
+    let flags = tshark_flags(&files.join("web.pcapng"));
+    assert!(
+        flags.len() >= 8,
+        "handshakes, data and FINs on both legs: {flags:?}"
+    );
+    assert!(event_kinds(&files.join("web.jsonl")).contains(&"fault_added".to_string()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

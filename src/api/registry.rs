@@ -2,7 +2,12 @@
 //! semantics: create, update (restart on a new listen or upstream), enable/disable,
 //! populate, reset, and toxics.
 
-use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    path::{Component, Path, PathBuf},
+    sync::Arc,
+};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
@@ -30,12 +35,40 @@ struct Entry {
     /// Each toxic's `stream` as the client wrote it (Toxiproxy echoes "UPSTREAM").
     streams: BTreeMap<String, String>,
     running: Option<(Shutdown, tokio::task::JoinHandle<anyhow::Result<()>>)>,
+    /// Files of its own named through the API: closed when it is deleted or the
+    /// server stops.
+    files: OwnFiles,
+}
+
+/// A proxy's own capture and event log, as named (inside the files directory).
+#[derive(Default)]
+struct OwnFiles {
+    capture: Option<(String, Arc<crate::capture::Capture>)>,
+    events: Option<(String, Arc<crate::events::EventLog>)>,
+}
+
+impl OwnFiles {
+    /// Writes out what is queued and closes both; call once the proxy has stopped.
+    fn close(&mut self, proxy: &str) {
+        if let Some((name, capture)) = self.capture.take()
+            && let Err(err) = capture.close()
+        {
+            tracing::warn!(proxy, file = name, %err, "could not finish the capture");
+        }
+        if let Some((name, log)) = self.events.take()
+            && let Err(err) = log.close()
+        {
+            tracing::warn!(proxy, file = name, %err, "could not finish the event log");
+        }
+    }
 }
 
 /// Every proxy the API knows, by name.
 pub struct Registry {
     seed: u64,
     options: Options,
+    /// Where files named through the API go; `None`: nowhere.
+    files: Option<PathBuf>,
     shutdown: Shutdown,
     entries: BTreeMap<String, Entry>,
 }
@@ -62,8 +95,21 @@ pub struct ProxyInput {
     /// snag's own: the backend's expected `x-instance`.
     pub instance: Option<String>,
     /// snag's own: `false` leaves this proxy out of the server's capture
-    /// (`serve --capture`); default: captured when the server captures.
-    pub capture: Option<bool>,
+    /// (`serve --capture`); a file name gives it a capture of its own in the files
+    /// directory; default: captured when the server captures.
+    pub capture: Option<CaptureInput>,
+    /// snag's own: a file name (in the files directory) for this proxy's own event log.
+    pub events: Option<String>,
+}
+
+/// `capture` as clients send it: on or off, or a file of the proxy's own.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum CaptureInput {
+    /// In the server's capture or not.
+    Shared(bool),
+    /// A file name inside the files directory.
+    File(String),
 }
 
 /// A proxy as Toxiproxy renders it, field order included.
@@ -86,6 +132,12 @@ pub struct ProxyView {
     /// snag's own, shown only when the proxy is captured.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     capture: bool,
+    /// snag's own: the proxy's own capture file, as named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capture_file: Option<String>,
+    /// snag's own: the proxy's own event log, as named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    events_file: Option<String>,
 }
 
 /// A toxic as Toxiproxy renders it, field order included.
@@ -103,11 +155,18 @@ pub struct ToxicView {
 }
 
 impl Registry {
-    /// An empty registry whose proxies use `seed` and `options` and stop on `shutdown`.
-    pub fn new(seed: u64, options: Options, shutdown: Shutdown) -> Registry {
+    /// An empty registry whose proxies use `seed` and `options` and stop on
+    /// `shutdown`; files named through the API go to `files`.
+    pub fn new(
+        seed: u64,
+        options: Options,
+        files: Option<PathBuf>,
+        shutdown: Shutdown,
+    ) -> Registry {
         Registry {
             seed,
             options,
+            files,
             shutdown,
             entries: BTreeMap::new(),
         }
@@ -169,8 +228,30 @@ impl Registry {
             options.id_headers = headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         }
         options.instance = input.instance.clone();
-        if input.capture == Some(false) {
-            options.capture = None;
+        let mut files = OwnFiles::default();
+        match &input.capture {
+            Some(CaptureInput::Shared(false)) => options.capture = None,
+            Some(CaptureInput::File(name)) => {
+                let path = self.confined(name)?;
+                let settings = crate::capture::Settings {
+                    path,
+                    max_bytes: None,
+                    snaplen: 0,
+                };
+                let capture = crate::capture::Capture::create(settings)
+                    .map_err(|e| Error::Invalid(format!("capture file `{name}`: {e}")))?;
+                let capture = Arc::new(capture);
+                options.capture = Some(capture.clone());
+                files.capture = Some((name.clone(), capture));
+            }
+            _ => {}
+        }
+        if let Some(name) = &input.events {
+            let path = self.confined(name)?;
+            let log = crate::events::EventLog::create(&path)
+                .map_err(|e| Error::Invalid(format!("events file `{name}`: {e}")))?;
+            options.events = Some(log.clone());
+            files.events = Some((name.clone(), log));
         }
         if let Some(at) = &input.probe_listen {
             options.probe_listen = Some(resolve(at).await.map_err(Error::Listen)?);
@@ -185,9 +266,13 @@ impl Registry {
             proxy,
             streams: BTreeMap::new(),
             running: None,
+            files,
         };
-        if input.enabled.unwrap_or(true) {
-            self.start(&mut entry).await?;
+        if input.enabled.unwrap_or(true)
+            && let Err(err) = self.start(&mut entry).await
+        {
+            entry.files.close(&name);
+            return Err(err);
         }
         let shown = view(&name, &entry);
         self.entries.insert(name, entry);
@@ -240,7 +325,50 @@ impl Registry {
     pub async fn delete(&mut self, name: &str) -> Result<(), Error> {
         let mut entry = self.entries.remove(name).ok_or(Error::ProxyNotFound)?;
         stop(&mut entry).await;
+        entry.files.close(name);
         Ok(())
+    }
+
+    /// `name` inside the files directory, if it stays there: a relative path without
+    /// `..`, whose directory is inside the files directory once symlinks are
+    /// resolved, and which is not itself a symlink.
+    fn confined(&self, name: &str) -> Result<PathBuf, Error> {
+        let dir = self.files.as_ref().ok_or_else(|| {
+            Error::Invalid(format!(
+                "file `{name}`: this server takes no file names (start it with --files-dir DIR)"
+            ))
+        })?;
+        let refuse = |why: &str| {
+            Error::Invalid(format!(
+                "file `{name}`: {why}; give a name inside {}",
+                dir.display()
+            ))
+        };
+        let relative = Path::new(name);
+        if name.is_empty()
+            || !relative
+                .components()
+                .all(|c| matches!(c, Component::Normal(_)))
+        {
+            return Err(refuse(
+                "not a plain relative name (no `..`, no leading `/`)",
+            ));
+        }
+        let path = dir.join(relative);
+        let root = dir
+            .canonicalize()
+            .map_err(|e| Error::Invalid(format!("files directory {}: {e}", dir.display())))?;
+        let parent = path
+            .parent()
+            .and_then(|p| p.canonicalize().ok())
+            .ok_or_else(|| refuse("its directory does not exist"))?;
+        if !parent.starts_with(&root) {
+            return Err(refuse("it leaves the files directory through a symlink"));
+        }
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(refuse("it is a symlink"));
+        }
+        Ok(path)
     }
 
     /// Creates or replaces each proxy in order; one whose listen and upstream are
@@ -461,11 +589,12 @@ impl Registry {
     /// Waits for every proxy to stop, once the server's shutdown has fired: each
     /// gives its open connections the shutdown grace period.
     pub async fn stop_all(&mut self) {
-        for entry in self.entries.values_mut() {
+        for (name, entry) in &mut self.entries {
             entry.enabled = false;
             if let Some((_, task)) = entry.running.take() {
                 let _ = task.await;
             }
+            entry.files.close(name);
         }
     }
 
@@ -547,6 +676,8 @@ fn view(name: &str, entry: &Entry) -> ProxyView {
         mode: (entry.options.mode == crate::fault::Mode::Http).then_some("http"),
         probe_listen: entry.probe_listen.clone(),
         capture: entry.options.capture.is_some(),
+        capture_file: entry.files.capture.as_ref().map(|(n, _)| n.clone()),
+        events_file: entry.files.events.as_ref().map(|(n, _)| n.clone()),
     }
 }
 
