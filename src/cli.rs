@@ -41,6 +41,34 @@ pub enum Command {
     Load(Box<LoadArgs>),
     /// Run the documented balancer and load cases end to end, and report.
     Case(CaseArgs),
+    /// Hold thousands of connections through a `snag serve` process while faults
+    /// change every second and drains come and go; check it leaks nothing and loses
+    /// no byte (scripts/soak.sh).
+    Soak(SoakArgs),
+}
+
+/// `snag soak`.
+#[derive(Debug, Args)]
+pub struct SoakArgs {
+    /// How long the load runs, e.g. 10m or 60s.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Connections held open through snag at once, split over four proxies (TCP and
+    /// HTTP, each with byte-preserving and destructive faults).
+    #[arg(long, default_value_t = 9000)]
+    pub connections: usize,
+    /// Rounds (an echo there and back, or a request) per second over all connections.
+    #[arg(long, default_value_t = 4000)]
+    pub rate: u64,
+    /// How often a drain begins (it lasts 5 s); the first comes at half this.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub drain_every: Duration,
+    /// Where the JSON figures, the HTML chart and snag's log go.
+    #[arg(long, default_value = "reports/soak")]
+    pub report_dir: PathBuf,
+    /// Seed for every random choice; printed when not given.
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 /// `snag case`.

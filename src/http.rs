@@ -6,13 +6,7 @@
 mod body;
 
 use std::{
-    convert::Infallible,
-    error::Error as _,
-    future::Future,
-    os::fd::{AsFd, OwnedFd},
-    pin::Pin,
-    sync::Arc,
-    time::Duration,
+    convert::Infallible, error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration,
 };
 
 use bytes::Bytes;
@@ -141,9 +135,9 @@ struct Conn {
     proxy: Arc<Proxy>,
     faults: Faults,
     upstream: Upstream,
-    /// A duplicate of the client socket's descriptor: setting SO_LINGER 0 through it
-    /// turns the close hyper makes into an RST.
-    socket: OwnedFd,
+    /// The client socket hyper serves: setting SO_LINGER 0 through it turns the
+    /// close hyper makes into an RST.
+    socket: socket::Shared,
     /// Whether it carried an HTTP/2 request (a drain's GOAWAY is counted then).
     h2: Arc<std::sync::atomic::AtomicBool>,
     /// `Probe` when it came through the probe listener: every request is a probe.
@@ -186,22 +180,11 @@ pub async fn handle(
     number: u64,
 ) {
     let _ = stream.set_nodelay(true);
-    let socket = match stream.as_fd().try_clone_to_owned() {
-        Ok(fd) => fd,
-        Err(err) => {
-            debug!(%err, "could not duplicate the client socket; closing it");
-            return;
-        }
-    };
+    let ends = (stream.peer_addr(), stream.local_addr());
+    let stream = socket::Shared(Arc::new(stream));
+    let socket = stream.clone();
     let watched = faults.clone();
     let watched_proxy = proxy.clone();
-    let reset_fd = match socket.try_clone() {
-        Ok(fd) => fd,
-        Err(err) => {
-            debug!(%err, "could not duplicate the client socket; closing it");
-            return;
-        }
-    };
     let h2 = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Captured as a client leg of its own: upstream connections are pooled and shared.
     let tap = proxy
@@ -210,8 +193,8 @@ pub async fn handle(
         .as_ref()
         .and_then(|c| c.sender())
         .map(|tx| (tx, capture::key(&proxy.name, number)));
-    let stream = match (&tap, stream.peer_addr(), stream.local_addr()) {
-        (Some((tx, key)), Ok(peer), Ok(local)) => {
+    let stream = match (&tap, ends) {
+        (Some((tx, key)), (Ok(peer), Ok(local))) => {
             let _ = tx
                 .send(Record::OpenLeg {
                     conn: *key,
@@ -228,7 +211,7 @@ pub async fn handle(
         proxy,
         faults,
         upstream,
-        socket,
+        socket: socket.clone(),
         h2: h2.clone(),
         class,
         tap: tap.clone(),
@@ -267,7 +250,7 @@ pub async fn handle(
                 }
                 Stop::Reset => {
                     record_reset(&tap, "drain");
-                    socket::reset_fd_on_close(&reset_fd);
+                    socket.reset_on_close();
                     debug!("http connection reset by a drain");
                     return;
                 }
@@ -419,7 +402,7 @@ async fn respond(
                 }
                 tokio::time::sleep(Duration::from_millis(d.timeout)).await;
                 conn.record_reset(&fault.name);
-                socket::reset_fd_on_close(&conn.socket);
+                conn.socket.reset_on_close();
                 proxy.counters().fault_reset();
                 proxy.event("fault_reset", serde_json::json!({ "fault": fault.name }));
                 return Err(Failure::Fault(format!(

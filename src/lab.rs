@@ -24,7 +24,7 @@ use crate::shutdown::Shutdown;
 /// Serves HTTP/1.1 and HTTP/2 (prior knowledge) on `listener`, answering each request
 /// with `handle(request, peer)`, until `shutdown`, which stops accepting and drops
 /// every open connection at once, as a killed process would.
-async fn serve_http<F, Fut, B>(listener: TcpListener, shutdown: Shutdown, handle: F)
+pub(crate) async fn serve_http<F, Fut, B>(listener: TcpListener, shutdown: Shutdown, handle: F)
 where
     F: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,

@@ -12,6 +12,8 @@
 //!   reported by [`report`] in the terminal, JSON and HTML.
 //! - [`lab`]: self-naming backends, the reference balancer, the load generator, and
 //!   [`lab::driver`] for HAProxy and nginx; [`demo`]: a fault timeline against echo.
+//! - [`soak`]: thousands of connections through a `snag serve` process, faults
+//!   changing, leaks and lost bytes looked for.
 //! - [`capture`], [`events`], [`ports`]: the evidence; [`shutdown`], [`seed`]: leaves
 //!   every long-lived task and random choice uses.
 
@@ -42,6 +44,7 @@ pub mod proxy;
 pub mod report;
 pub mod seed;
 pub mod shutdown;
+pub mod soak;
 
 use std::sync::Arc;
 
@@ -67,6 +70,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
         Command::Balancer(args) => lab::run_balancer(*args, shutdown).await,
         Command::Load(args) => lab::load::main(*args, shutdown).await,
         Command::Case(args) => case::run(args, shutdown).await,
+        Command::Soak(args) => soak::run(args, shutdown).await,
     }
 }
 

@@ -582,6 +582,13 @@ impl Registry {
                 out,
                 "# HELP process_open_fds Number of open file descriptors.\n# TYPE process_open_fds gauge\nprocess_open_fds {fds}"
             );
+            let tasks = tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks();
+            let _ = writeln!(
+                out,
+                "# HELP snag_tasks Tasks alive in snag's runtime (connections, listeners, timers).\n# TYPE snag_tasks gauge\nsnag_tasks {tasks}"
+            );
         }
         out
     }

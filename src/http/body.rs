@@ -1,7 +1,6 @@
 //! A response body with a fault plan applied: paced, cut, or reset partway.
 
 use std::{
-    os::fd::OwnedFd,
     pin::Pin,
     sync::Arc,
     task::{Context, Poll, ready},
@@ -50,7 +49,7 @@ pub(super) struct Faulted {
     wait: Option<Pin<Box<Sleep>>>,
     cutting: Cutting,
     h2: bool,
-    socket: Option<OwnedFd>,
+    socket: Option<socket::Shared>,
     /// Consulted per chunk: a slow drain paces responses already in flight.
     proxy: Arc<Proxy>,
     /// A chunk waiting out its pause.
@@ -70,7 +69,7 @@ enum Cutting {
 impl Faulted {
     pub(super) fn new(inner: ReplyBody, plan: Plan, conn: &Conn, h2: bool) -> Faulted {
         let delay = plan.first;
-        let socket = plan.cut.and_then(|_| conn.socket.try_clone().ok());
+        let socket = plan.cut.map(|_| conn.socket.clone());
         let wait = (!delay.is_zero()).then(|| Box::pin(tokio::time::sleep(delay)));
         let cutting = if plan.cut.is_some_and(|(limit, _)| limit == 0) {
             Cutting::Flush
@@ -102,16 +101,16 @@ impl Faulted {
                 self.cutting = Cutting::Done;
                 let how = self.plan.cut.map(|(_, how)| how);
                 if how == Some(Cut::Close) && !self.h2 {
-                    if let Some(fd) = &self.socket {
-                        let _ = socket2::SockRef::from(fd).shutdown(std::net::Shutdown::Write);
+                    if let Some(socket) = &self.socket {
+                        socket.shutdown_write();
                     }
                     // The connection ends when the client, seeing the FIN, closes.
                     return Poll::Pending;
                 }
                 if how == Some(Cut::Reset)
-                    && let Some(fd) = &self.socket
+                    && let Some(socket) = &self.socket
                 {
-                    socket::reset_fd_on_close(fd);
+                    socket.reset_on_close();
                     super::record_reset(&self.tap, "reset_mid_response");
                     self.proxy.counters().fault_reset();
                     self.proxy.event(

@@ -33,9 +33,91 @@ pub fn reset_on_close(stream: &TcpStream) {
     let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
 }
 
-/// The same through another descriptor of the socket: its last close sends RST.
-pub fn reset_fd_on_close(fd: &std::os::fd::OwnedFd) {
-    let _ = SockRef::from(fd).set_linger(Some(Duration::ZERO));
+/// A connection's socket shared between the task that reads and writes it (hyper)
+/// and the code that must reach it from elsewhere (a fault's RST, a half-close):
+/// one descriptor, where duplicating it would cost a second per connection.
+#[derive(Debug, Clone)]
+pub struct Shared(pub std::sync::Arc<TcpStream>);
+
+impl Shared {
+    /// Makes the socket's close send RST instead of FIN, dropping unsent data.
+    pub fn reset_on_close(&self) {
+        reset_on_close(&self.0);
+    }
+
+    /// Sends FIN now; reading goes on.
+    pub fn shutdown_write(&self) {
+        let _ = SockRef::from(&*self.0).shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl tokio::io::AsyncRead for Shared {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        loop {
+            std::task::ready!(self.0.poll_read_ready(cx))?;
+            match self.0.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return std::task::Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return std::task::Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Shared {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        loop {
+            std::task::ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(data) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                done => return std::task::Poll::Ready(done),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[io::IoSlice<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        loop {
+            std::task::ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write_vectored(data) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                done => return std::task::Poll::Ready(done),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        self.shutdown_write();
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 /// What an accept loop does after `accept` fails (EMFILE, ENFILE, ENOBUFS …): wait,
