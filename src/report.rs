@@ -354,9 +354,14 @@ td { white-space: nowrap; } td:last-child { white-space: normal; }
     for r in reports {
         section(&mut out, r);
     }
-    // Proves in a browser that every chart drew lines: the test that loads this page
-    // headless reads the mark this leaves on <body>.
-    out += r#"<script>
+    out += CHARTS_DRAWN;
+    out += "</body></html>\n";
+    out
+}
+
+/// Proves in a browser that every chart drew lines: a test that loads the page
+/// headless reads the mark this leaves on `<body>` (`data-charts="drawn/all"`).
+pub const CHARTS_DRAWN: &str = r#"<script>
 (function () {
   var lines = document.querySelectorAll('svg polyline');
   var drawn = 0;
@@ -364,10 +369,7 @@ td { white-space: nowrap; } td:last-child { white-space: normal; }
   document.body.setAttribute('data-charts', drawn + '/' + lines.length);
 })();
 </script>
-</body></html>
 "#;
-    out
-}
 
 fn section(out: &mut String, r: &CaseReport) {
     let verdict_class = r.verdict.class();

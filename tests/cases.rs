@@ -2,6 +2,8 @@
 //! property holds on the evidence it measured, the JSON carries that evidence, and
 //! the HTML report draws its charts in a real browser (headless Chromium).
 
+mod common;
+
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -141,25 +143,10 @@ fn every_case_passes_in_quick_mode_and_its_report_renders() {
 
     // The page in a browser: every chart's lines have length, drawn by the page's
     // own script, which marks <body> only if it ran to its end.
-    let html = dir.join("index.html");
-    let out = Command::new("chromium")
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
-        .arg(format!("file://{}", html.display()))
-        .stderr(Stdio::null())
-        .output()
-        .expect("chromium is installed (scripts/install-deps.sh)");
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let mark = dom
-        .split("data-charts=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_else(|| panic!("the page's script did not run: no data-charts mark"));
-    let (drawn, lines) = mark.split_once('/').unwrap();
-    let (drawn, lines): (u32, u32) = (drawn.parse().unwrap(), lines.parse().unwrap());
+    let (drawn, lines) = common::charts_drawn(&dir.join("index.html"));
     assert!(
         lines >= 20 && drawn == lines,
         "{drawn} of {lines} chart lines drawn"
     );
-    assert!(dom.contains("<svg"), "no SVG in the page");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -285,6 +285,71 @@ async fn a_second_signal_ends_every_connection_at_once_and_leaves_valid_files() 
 }
 
 #[tokio::test]
+async fn the_api_server_drains_its_proxies_on_a_signal_and_closes_their_files() {
+    let dir = scratch("serve-shutdown");
+    let echo_addr = echo_server().await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_snag"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--seed",
+            "1",
+            "--shutdown-timeout",
+            "1s",
+        ])
+        .arg("--files-dir")
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let api: SocketAddr = within(
+        10,
+        tokio::task::spawn_blocking(move || {
+            for line in BufReader::new(stdout).lines() {
+                if let Some(rest) = line.unwrap().strip_prefix("control API on http://") {
+                    return rest.split_whitespace().next().unwrap().parse().unwrap();
+                }
+            }
+            panic!("snag serve ended without announcing its address");
+        }),
+    )
+    .await
+    .unwrap();
+    let mut snag = Snag {
+        child,
+        listen: api,
+        stderr: dir.join("none"),
+    };
+    let body = format!(
+        r#"{{"name":"web","listen":"127.0.0.1:0","upstream":"{echo_addr}","capture":"web.pcapng","events":"web.jsonl"}}"#
+    );
+    let reply = common::http(api, "POST", "/proxies", &body, &[]).await;
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let view: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+    let listen: SocketAddr = view["listen"].as_str().unwrap().parse().unwrap();
+    let mut open = TcpStream::connect(listen).await.unwrap();
+    within(5, echo(&mut open, b"before")).await.unwrap();
+    let signalled = Instant::now();
+    snag.signal();
+    refused(listen).await;
+    within(5, echo(&mut open, b"during the grace"))
+        .await
+        .unwrap();
+    let err = read_end(&mut open, 10).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+    assert!(signalled.elapsed() >= Duration::from_secs(1));
+    assert!(snag.exited(10).await.success());
+    let flags = tshark_flags(&dir.join("web.pcapng"));
+    assert!(flags.iter().any(|f| f.contains('R')), "{flags:?}");
+    let kinds = event_kinds(&dir.join("web.jsonl"));
+    assert!(kinds.contains(&"shutdown_reset".to_string()), "{kinds:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
 async fn out_of_descriptors_snag_backs_off_keeps_serving_and_recovers() {
     let dir = scratch("emfile");
     let echo_addr = echo_server().await;

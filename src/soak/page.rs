@@ -78,16 +78,8 @@ svg { background: #fafafa; border: 1px solid #ddd; display: block; margin: .5em 
     for (title, colour, value) in series {
         chart(&mut out, title, colour, samples, value, drains);
     }
-    out += r#"<script>
-(function () {
-  var lines = document.querySelectorAll('svg polyline');
-  var drawn = 0;
-  lines.forEach(function (l) { if (l.points.numberOfItems > 1 && l.getTotalLength() > 0) drawn++; });
-  document.body.setAttribute('data-charts', drawn + '/' + lines.length);
-})();
-</script>
-</body></html>
-"#;
+    out += crate::report::CHARTS_DRAWN;
+    out += "</body></html>\n";
     out
 }
 

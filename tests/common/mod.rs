@@ -274,3 +274,23 @@ pub async fn curl(url: &str, extra: &[&str]) -> Curl {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// Loads an HTML report in headless Chromium and reads the mark its script leaves on
+/// `<body>` once it ran to its end: chart lines drawn with length, of all.
+pub fn charts_drawn(html: &std::path::Path) -> (u32, u32) {
+    let out = std::process::Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+        .arg(format!("file://{}", html.display()))
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("chromium is installed (scripts/install-deps.sh)");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(dom.contains("<svg"), "no SVG in the page");
+    let mark = dom
+        .split("data-charts=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("the page's script did not run: no data-charts mark"));
+    let (drawn, lines) = mark.split_once('/').expect("drawn/all");
+    (drawn.parse().unwrap(), lines.parse().unwrap())
+}
