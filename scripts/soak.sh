@@ -14,7 +14,11 @@ cd "$(dirname "$0")/.."
 hard=$(ulimit -Hn)
 soft=$(ulimit -Sn)
 ulimit -n "$hard"
-echo "ulimit -n: raised from $soft to $(ulimit -n) (the hard limit); snag soak and the snag serve it starts both get it"
+if [[ "$soft" == "$hard" ]]; then
+    echo "ulimit -n: $hard, already the hard limit; snag soak and the snag serve it starts both get it"
+else
+    echo "ulimit -n: raised from $soft to $(ulimit -n), the hard limit; snag soak and the snag serve it starts both get it"
+fi
 if [[ -z "${SNAG_BIN:-}" ]]; then
     cargo build --release --quiet
     SNAG_BIN=target/release/snag

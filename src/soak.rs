@@ -144,6 +144,9 @@ impl Target {
             .stdout(std::process::Stdio::piped())
             .stderr(std::fs::File::create(&stderr).context("the log file")?)
             .kill_on_drop(true)
+            // Its own process group: a Ctrl-C at the terminal stops the soak, and the
+            // soak stops snag serve, rather than both at once.
+            .process_group(0)
             .spawn()
             .context("could not start snag serve")?;
         let pid = child.id().context("snag serve exited at once")?;
@@ -246,8 +249,12 @@ fn raise_nofile() -> anyhow::Result<u64> {
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
     if soft < hard {
         setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+        say!(
+            "descriptors: limit raised from {soft} to {hard}, the hard limit (snag serve inherits it)"
+        );
+    } else {
+        say!("descriptors: limit {hard}, the hard limit");
     }
-    say!("descriptors: soft limit {soft} raised to the hard limit {hard} (snag serve inherits it)");
     Ok(hard)
 }
 
