@@ -17,6 +17,13 @@ use crate::fault::Scope;
 /// tracked (and `ids_untracked` counts them), so memory stays bounded on long runs.
 pub const ID_LIMIT: usize = 1_000_000;
 
+/// Distinct `x-instance` names kept apart; responses naming others beyond this count
+/// under [`OTHER_INSTANCES`].
+pub const INSTANCE_LIMIT: usize = 1000;
+
+/// Where responses from instances beyond [`INSTANCE_LIMIT`] are counted.
+pub const OTHER_INSTANCES: &str = "(other)";
+
 /// How many seconds of new-connection rate the stats keep (an hour).
 pub const SECONDS_KEPT: usize = 3600;
 
@@ -233,7 +240,14 @@ impl Counters {
             .ids
             .lock()
             .expect("no code panics holding the ids lock");
-        *ids.instances.entry(instance.to_string()).or_default() += 1;
+        // A backend names itself, so a misbehaving one could name itself anew on every
+        // response: past the limit, new names are counted together.
+        let name = if ids.instances.len() < INSTANCE_LIMIT || ids.instances.contains_key(instance) {
+            instance
+        } else {
+            OTHER_INSTANCES
+        };
+        *ids.instances.entry(name.to_string()).or_default() += 1;
         if instance != expected {
             ids.disagreements += 1;
         }
@@ -415,5 +429,19 @@ mod tests {
             ),
             (1, 1, 1)
         );
+    }
+
+    #[test]
+    fn a_backend_naming_itself_anew_each_time_cannot_grow_the_stats_without_bound() {
+        let c = Counters::default();
+        for i in 0..INSTANCE_LIMIT + 500 {
+            c.instance(&format!("b{i}"), "b0");
+        }
+        c.instance("b1", "b0");
+        let s = c.snapshot();
+        assert_eq!(s.instances.len(), INSTANCE_LIMIT + 1);
+        assert_eq!(s.instances[OTHER_INSTANCES], 500);
+        assert_eq!(s.instances["b1"], 2, "names already kept go on counting");
+        assert_eq!(s.instance_disagreements, (INSTANCE_LIMIT + 500) as u64);
     }
 }

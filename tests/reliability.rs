@@ -363,7 +363,12 @@ async fn out_of_descriptors_snag_backs_off_keeps_serving_and_recovers() {
         let snag = Snag::proxy(&dir, Some(limit), &["--upstream", &echo_addr.to_string()]).await;
         let mut served = Vec::new();
         for i in 0..64u32 {
-            let mut stream = TcpStream::connect(snag.listen).await.unwrap();
+            let mut stream = TcpStream::connect(snag.listen).await.unwrap_or_else(|e| {
+                panic!(
+                    "connect {i} under ulimit -n {limit}: {e}\n{}",
+                    snag.stderr()
+                )
+            });
             match timeout(
                 Duration::from_millis(500),
                 echo(&mut stream, &i.to_le_bytes()),

@@ -157,16 +157,20 @@ pub(super) async fn serve(
         };
         if !finished {
             let mut reset = 0;
+            // A proxy's other listener may be resetting the same connections.
             proxy.each_conn(|c| {
-                proxy.counters.drain_reset();
-                c.reset();
-                reset += 1;
+                if c.reset() {
+                    proxy.counters.drain_reset();
+                    reset += 1;
+                }
             });
-            warn!(proxy = %proxy.name, %addr, reset, "shutting down: reset the connections still open");
-            proxy.event(
-                "shutdown_reset",
-                serde_json::json!({ "listener": addr, "connections": reset }),
-            );
+            if reset > 0 {
+                warn!(proxy = %proxy.name, %addr, reset, "shutting down: reset the connections still open");
+                proxy.event(
+                    "shutdown_reset",
+                    serde_json::json!({ "listener": addr, "connections": reset }),
+                );
+            }
         }
     }
     tracker.wait().await;

@@ -38,10 +38,12 @@ impl Control {
         self.notify.notify_waiters();
     }
 
-    /// Ends the connection with an RST on both legs, now.
-    pub fn reset(&self) {
-        self.state.fetch_or(RESET, Ordering::Release);
+    /// Ends the connection with an RST on both legs, now; whether it was not already
+    /// being reset.
+    pub fn reset(&self) -> bool {
+        let before = self.state.fetch_or(RESET, Ordering::Release);
         self.notify.notify_waiters();
+        before & RESET == 0
     }
 
     /// Whether a drain asked this connection to finish.
