@@ -4,11 +4,13 @@ use tokio_util::sync::CancellationToken;
 
 /// A cloneable stop signal in two steps. Cheap to clone; every clone sees the trigger.
 /// The first step, [`Shutdown::trigger`], stops accepting: what is open may finish
-/// within its grace period. The second, [`Shutdown::now`], ends what is still open.
+/// within its grace period. The second, [`Shutdown::now`], resets what is still open.
+/// [`Shutdown::close`] is both at once with plain closes, as a proxy the API disables.
 #[derive(Debug, Clone, Default)]
 pub struct Shutdown {
     stop: CancellationToken,
     now: CancellationToken,
+    close: CancellationToken,
 }
 
 impl Shutdown {
@@ -76,9 +78,15 @@ impl Shutdown {
         self.stop.is_cancelled()
     }
 
-    /// Whether the second step has fired.
-    pub fn is_now(&self) -> bool {
-        self.now.is_cancelled()
+    /// Stops accepting and closes what is open at once, with no grace period.
+    pub fn close(&self) {
+        self.close.cancel();
+        self.stop.cancel();
+    }
+
+    /// Whether [`Shutdown::close`] fired.
+    pub fn is_closed(&self) -> bool {
+        self.close.is_cancelled()
     }
 
     /// Resolves once the first step fires. Cancel-safe.
@@ -96,6 +104,7 @@ impl Shutdown {
         Shutdown {
             stop: self.stop.child_token(),
             now: self.now.child_token(),
+            close: self.close.child_token(),
         }
     }
 }

@@ -356,19 +356,16 @@ async fn out_of_descriptors_snag_backs_off_keeps_serving_and_recovers() {
     // Each relayed connection costs snag two descriptors. With an even number left
     // for connections, the last accept fails (EMFILE) and the client waits in the
     // kernel's queue; with an odd number, the accept takes the last descriptor and
-    // the dial fails, so the client is reset. The first is the case to see: one of
-    // two limits a descriptor apart gives it.
+    // the dial fails, so the client is reset (at times before its connect returns).
+    // The first is the case to see: limits a descriptor apart alternate between them.
     let mut found = None;
-    for limit in [64, 65] {
+    for limit in 64..70 {
         let snag = Snag::proxy(&dir, Some(limit), &["--upstream", &echo_addr.to_string()]).await;
         let mut served = Vec::new();
         for i in 0..64u32 {
-            let mut stream = TcpStream::connect(snag.listen).await.unwrap_or_else(|e| {
-                panic!(
-                    "connect {i} under ulimit -n {limit}: {e}\n{}",
-                    snag.stderr()
-                )
-            });
+            let Ok(mut stream) = TcpStream::connect(snag.listen).await else {
+                break; // reset by the failed dial
+            };
             match timeout(
                 Duration::from_millis(500),
                 echo(&mut stream, &i.to_le_bytes()),
@@ -376,16 +373,17 @@ async fn out_of_descriptors_snag_backs_off_keeps_serving_and_recovers() {
             .await
             {
                 Ok(Ok(())) => served.push(stream),
-                Ok(Err(err)) => {
-                    assert_eq!(
-                        err.kind(),
-                        io::ErrorKind::ConnectionReset,
-                        "the dial failed: RST"
-                    );
-                    break;
-                }
+                Ok(Err(_)) => break,
+                // Waiting unserved: snag says whether it is out of descriptors, or
+                // only slow on a loaded machine.
                 Err(_) => {
-                    found = Some((snag, served, stream));
+                    let deadline = Instant::now() + Duration::from_secs(2);
+                    while !snag.stderr().contains("accept failed") && Instant::now() < deadline {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    if snag.stderr().contains("accept failed") {
+                        found = Some((snag, served, stream));
+                    }
                     break;
                 }
             }
@@ -395,7 +393,7 @@ async fn out_of_descriptors_snag_backs_off_keeps_serving_and_recovers() {
         }
     }
     let (mut snag, mut served, stuck) =
-        found.expect("one of two limits leaves the last accept failing");
+        found.expect("one of the limits leaves the last accept failing");
     assert!(
         served.len() >= 10,
         "only {} connections before EMFILE",

@@ -667,7 +667,7 @@ fn label(v: &str) -> String {
 async fn stop(entry: &mut Entry) {
     entry.enabled = false;
     if let Some((stop, task)) = entry.running.take() {
-        stop.now();
+        stop.close();
         let _ = task.await;
     }
 }

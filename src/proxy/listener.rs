@@ -132,8 +132,9 @@ pub(super) async fn serve(
     }
     drop(listener);
     tracker.close();
-    // Stopped in one step (the API disabling a proxy, a second signal): at once.
-    let grace = if shutdown.is_now() {
+    // Closed at once (the API disabling a proxy), or no grace configured. A second
+    // signal that came before this point resets below without waiting.
+    let grace = if shutdown.is_closed() {
         Duration::ZERO
     } else {
         proxy.options.shutdown_timeout
