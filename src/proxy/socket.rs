@@ -59,11 +59,10 @@ impl tokio::io::AsyncRead for Shared {
     ) -> std::task::Poll<io::Result<()>> {
         loop {
             std::task::ready!(self.0.poll_read_ready(cx))?;
-            match self.0.try_read(buf.initialize_unfilled()) {
-                Ok(n) => {
-                    buf.advance(n);
-                    return std::task::Poll::Ready(Ok(()));
-                }
+            // Into the unfilled part as it is: zeroing it first would cost a memset
+            // of hyper's whole read buffer on every read.
+            match self.0.try_read_buf(buf) {
+                Ok(_) => return std::task::Poll::Ready(Ok(())),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return std::task::Poll::Ready(Err(e)),
             }
