@@ -238,13 +238,21 @@ impl Proxy {
     }
 
     fn reset_all(&self) {
+        let n = self.reset_open();
+        self.event("drain_reset", serde_json::json!({ "connections": n }));
+    }
+
+    /// Resets every open connection not already being reset, counting each as a
+    /// drain reset; how many. A proxy's two listeners may both call it.
+    fn reset_open(&self) -> u64 {
         let mut n = 0;
         self.each_conn(|c| {
-            self.counters.drain_reset();
-            c.reset();
-            n += 1;
+            if c.reset() {
+                self.counters.drain_reset();
+                n += 1;
+            }
         });
-        self.event("drain_reset", serde_json::json!({ "connections": n }));
+        n
     }
 
     /// The seed of its random choices.

@@ -300,7 +300,7 @@ pub fn write(dir: &Path, reports: &[CaseReport]) -> std::io::Result<()> {
     std::fs::write(dir.join("index.html"), html(reports))
 }
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -359,6 +359,23 @@ td { white-space: nowrap; } td:last-child { white-space: normal; }
     out
 }
 
+/// One table row per check: its verdict, what it checks, and the figures.
+pub(crate) fn check_rows(out: &mut String, checks: &[Check]) {
+    for c in checks {
+        let (class, word) = if c.passed {
+            ("pass", "pass")
+        } else {
+            ("fail", "FAIL")
+        };
+        let _ = write!(
+            out,
+            "<tr><td class=\"{class}\">{word}</td><td>{}</td><td>{}</td></tr>",
+            esc(&c.what),
+            esc(&c.detail)
+        );
+    }
+}
+
 /// Proves in a browser that every chart drew lines: a test that loads the page
 /// headless reads the mark this leaves on `<body>` (`data-charts="drawn/all"`).
 pub const CHARTS_DRAWN: &str = r#"<script>
@@ -383,19 +400,7 @@ fn section(out: &mut String, r: &CaseReport) {
         esc(&r.property)
     );
     *out += "<table>";
-    for c in &r.checks {
-        let (class, word) = if c.passed {
-            ("pass", "pass")
-        } else {
-            ("fail", "FAIL")
-        };
-        let _ = write!(
-            out,
-            "<tr><td class=\"{class}\">{word}</td><td>{}</td><td>{}</td></tr>",
-            esc(&c.what),
-            esc(&c.detail)
-        );
-    }
+    check_rows(out, &r.checks);
     for (label, value) in &r.figures {
         let _ = write!(
             out,

@@ -35,7 +35,7 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{UsageError, cli::SoakArgs, shutdown::Shutdown};
+use crate::{UsageError, cli::SoakArgs, report::Check, shutdown::Shutdown};
 
 /// The four proxies: name, mode, whether every round must succeed.
 const PROXIES: [(&str, &str, bool); 4] = [
@@ -81,17 +81,32 @@ impl Tally {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "ok": Tally::get(&self.ok),
-            "verified_bytes": Tally::get(&self.verified),
-            "corrupted": Tally::get(&self.corrupted),
-            "ended_by_fault_or_drain": Tally::get(&self.ended),
-            "failed": Tally::get(&self.failed),
-            "refused": Tally::get(&self.refused),
-            "connections": Tally::get(&self.connections),
-        })
+    /// The counts now.
+    fn counts(&self) -> Counts {
+        Counts {
+            ok: Tally::get(&self.ok),
+            verified: Tally::get(&self.verified),
+            corrupted: Tally::get(&self.corrupted),
+            ended: Tally::get(&self.ended),
+            failed: Tally::get(&self.failed),
+            refused: Tally::get(&self.refused),
+            connections: Tally::get(&self.connections),
+        }
     }
+}
+
+/// A [`Tally`] read at one moment.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Counts {
+    ok: u64,
+    #[serde(rename = "verified_bytes")]
+    verified: u64,
+    corrupted: u64,
+    #[serde(rename = "ended_by_fault_or_drain")]
+    ended: u64,
+    failed: u64,
+    refused: u64,
+    connections: u64,
 }
 
 /// One second of the target process, as sampled.
@@ -113,24 +128,52 @@ pub struct Sample {
     pub ok_per_s: u64,
 }
 
-/// One check of the run.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    what: String,
-    passed: bool,
-    detail: String,
-}
-
 /// The `snag serve` under test: our child, ended by its PID.
 struct Target {
     child: tokio::process::Child,
     pid: u32,
-    api: SocketAddr,
+    api: Api,
+    stderr: PathBuf,
+}
+
+/// A client of the target's control API, shared by the sampler, the fault churn
+/// and the drains.
+#[derive(Clone)]
+struct Api {
+    addr: SocketAddr,
     client: hyper_util::client::legacy::Client<
         hyper_util::client::legacy::connect::HttpConnector,
         Full<Bytes>,
     >,
-    stderr: PathBuf,
+}
+
+impl Api {
+    /// One call; the status and the body, within 10 s.
+    async fn call(&self, method: &str, path: &str, body: &str) -> anyhow::Result<(u16, String)> {
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", self.addr))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))?;
+        let call = async {
+            let response = self.client.request(request).await?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await?.to_bytes();
+            anyhow::Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        };
+        tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .with_context(|| format!("{method} {path}: no answer within 10 s"))?
+    }
+
+    /// A call that must succeed; what went wrong, in a line, if it did not.
+    async fn expect_2xx(&self, method: &str, path: &str, body: &str) -> Result<(), String> {
+        match self.call(method, path, body).await {
+            Ok((status, _)) if (200..300).contains(&status) => Ok(()),
+            Ok((status, reply)) => Err(format!("{method} {path}: {status} {}", reply.trim())),
+            Err(err) => Err(format!("{err:#}")),
+        }
+    }
 }
 
 impl Target {
@@ -168,28 +211,9 @@ impl Target {
         Ok(Target {
             child,
             pid,
-            api,
-            client,
+            api: Api { addr: api, client },
             stderr,
         })
-    }
-
-    /// One API call; the status and the body.
-    async fn call(&self, method: &str, path: &str, body: &str) -> anyhow::Result<(u16, String)> {
-        let request = hyper::Request::builder()
-            .method(method)
-            .uri(format!("http://{}{path}", self.api))
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.to_string())))?;
-        let call = async {
-            let response = self.client.request(request).await?;
-            let status = response.status().as_u16();
-            let body = response.into_body().collect().await?.to_bytes();
-            anyhow::Ok((status, String::from_utf8_lossy(&body).into_owned()))
-        };
-        tokio::time::timeout(Duration::from_secs(10), call)
-            .await
-            .with_context(|| format!("{method} {path}: no answer within 10 s"))?
     }
 
     /// Its memory, descriptors, threads (from /proc), tasks and open connections
@@ -203,7 +227,7 @@ impl Target {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(0.0);
         let count = |dir: &str| std::fs::read_dir(proc.join(dir)).map_or(0, |d| d.count() as u64);
-        let (_, metrics) = self.call("GET", "/metrics", "").await?;
+        let (_, metrics) = self.api.call("GET", "/metrics", "").await?;
         let tasks = metrics
             .lines()
             .find_map(|l| l.strip_prefix("snag_tasks "))
@@ -212,6 +236,7 @@ impl Target {
         let mut connections = 0;
         for (name, _, _) in PROXIES {
             let (_, stats) = self
+                .api
                 .call("GET", &format!("/proxies/{name}/stats"), "")
                 .await?;
             let stats: serde_json::Value = serde_json::from_str(&stats)?;
@@ -307,7 +332,10 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     for (name, mode, _) in PROXIES {
         let upstream = if mode == "tcp" { tcp_addr } else { http_addr };
         let body = serde_json::json!({ "name": name, "listen": "127.0.0.1:0", "upstream": upstream.to_string(), "mode": mode });
-        let (status, reply) = target.call("POST", "/proxies", &body.to_string()).await?;
+        let (status, reply) = target
+            .api
+            .call("POST", "/proxies", &body.to_string())
+            .await?;
         if status != 201 {
             bail!("creating {name}: {status} {reply}");
         }
@@ -363,7 +391,7 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let api_calls = Arc::new(AtomicU64::new(0));
     let api_errors = Arc::new(Mutex::default());
     let churning = tokio::spawn(churn(
-        target.api,
+        target.api.clone(),
         seed,
         api_calls.clone(),
         api_errors.clone(),
@@ -371,7 +399,7 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     ));
     let drains: Arc<std::sync::Mutex<Vec<f64>>> = Arc::default();
     let draining = tokio::spawn(drain_every(
-        target.api,
+        target.api.clone(),
         args.drain_every,
         started,
         drains.clone(),
@@ -460,7 +488,6 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     };
     backends.trigger();
 
-    let figure = |i: usize| tallies[i].json();
     let plateau = {
         let mut rss: Vec<f64> = samples[samples.len() / 2..]
             .iter()
@@ -471,7 +498,8 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     };
     let peak = samples.iter().map(|s| s.connections).max().unwrap_or(0);
     let peak_rss = samples.iter().map(|s| s.rss_mib).fold(0.0, f64::max);
-    let t = |i: usize, f: fn(&Tally) -> &AtomicU64| Tally::get(f(&tallies[i]));
+    let c = tallies.each_ref().map(Tally::counts);
+    let mib = |bytes: u64| bytes as f64 / 1048576.0;
     let calls = api_calls.load(Ordering::Relaxed);
     let api_failures = api_errors
         .lock()
@@ -498,42 +526,41 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         ),
         check(
             "every byte through tcp-clean came back, none changed",
-            t(0, |t| &t.failed) + t(0, |t| &t.corrupted) + t(0, |t| &t.ended) == 0
-                && t(0, |t| &t.verified) > 0,
+            c[0].failed + c[0].corrupted + c[0].ended == 0 && c[0].verified > 0,
             format!(
                 "{} rounds, {:.1} MiB checked; failed {}, corrupted {}",
-                t(0, |t| &t.ok),
-                t(0, |t| &t.verified) as f64 / 1048576.0,
-                t(0, |t| &t.failed),
-                t(0, |t| &t.corrupted)
+                c[0].ok,
+                mib(c[0].verified),
+                c[0].failed,
+                c[0].corrupted
             ),
         ),
         check(
             "no byte changed through tcp-chaos (its faults may cut, never alter)",
-            t(1, |t| &t.corrupted) == 0 && t(1, |t| &t.failed) == 0 && t(1, |t| &t.ok) > 0,
+            c[1].corrupted == 0 && c[1].failed == 0 && c[1].ok > 0,
             format!(
                 "{} rounds ok, {} ended by a fault or the drain, {:.1} MiB checked, corrupted {}",
-                t(1, |t| &t.ok),
-                t(1, |t| &t.ended),
-                t(1, |t| &t.verified) as f64 / 1048576.0,
-                t(1, |t| &t.corrupted)
+                c[1].ok,
+                c[1].ended,
+                mib(c[1].verified),
+                c[1].corrupted
             ),
         ),
         check(
             "every http-clean answer was the request's body",
-            t(2, |t| &t.failed) + t(2, |t| &t.corrupted) == 0 && t(2, |t| &t.ok) > 0,
+            c[2].failed + c[2].corrupted == 0 && c[2].ok > 0,
             format!(
                 "{} requests, {:.1} MiB checked; {} closed under a request by a drain (retried), failed {}",
-                t(2, |t| &t.ok),
-                t(2, |t| &t.verified) as f64 / 1048576.0,
-                t(2, |t| &t.ended),
-                t(2, |t| &t.failed)
+                c[2].ok,
+                mib(c[2].verified),
+                c[2].ended,
+                c[2].failed
             ),
         ),
         check(
             "http-chaos kept answering through its faults",
-            t(3, |t| &t.ok) > 0 && t(3, |t| &t.ended) > 0 && t(3, |t| &t.failed) == 0,
-            format!("{} intact, {} faulted", t(3, |t| &t.ok), t(3, |t| &t.ended)),
+            c[3].ok > 0 && c[3].ended > 0 && c[3].failed == 0,
+            format!("{} intact, {} faulted", c[3].ok, c[3].ended),
         ),
         check(
             "every fault change and drain through the API was accepted",
@@ -596,7 +623,7 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         "baseline": baseline,
         "after": end,
         "plateau_rss_mib": plateau,
-        "proxies": PROXIES.iter().enumerate().map(|(i, (name, _, _))| (name.to_string(), figure(i))).collect::<BTreeMap<_, _>>(),
+        "proxies": PROXIES.iter().enumerate().map(|(i, (name, _, _))| (name.to_string(), c[i])).collect::<BTreeMap<_, _>>(),
         "api_calls": calls,
         "drains_at_s": drains,
         "checks": checks,
@@ -653,14 +680,12 @@ fn pooled_upstreams(http_backend: SocketAddr) -> u64 {
 /// Every second, one change per proxy through the API: a fault added, changed or
 /// removed, at most three on each at a time.
 async fn churn(
-    api: SocketAddr,
+    api: Api,
     seed: u64,
     calls: Arc<AtomicU64>,
     errors: Arc<Mutex<Vec<String>>>,
     stop: Shutdown,
 ) {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<Bytes>>();
     let mut rng = crate::seed::rng(seed, &[b"soak churn"]);
     let mut on: [Vec<(String, &'static str)>; 4] = Default::default();
     let mut next = 0u64;
@@ -708,7 +733,7 @@ async fn churn(
                 )
             };
             calls.fetch_add(1, Ordering::Relaxed);
-            if let Err(err) = expect_2xx(&client, api, method, &path, body).await
+            if let Err(err) = api.expect_2xx(method, &path, &body).await
                 && let Ok(mut e) = errors.lock()
             {
                 e.push(err);
@@ -782,56 +807,16 @@ fn fault_for(i: usize, rng: &mut impl rand::Rng) -> (&'static str, serde_json::V
     }
 }
 
-async fn expect_2xx(
-    client: &hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Full<Bytes>,
-    >,
-    api: SocketAddr,
-    method: &str,
-    path: &str,
-    body: String,
-) -> Result<(), String> {
-    let request = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{api}{path}"))
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|e| e.to_string())?;
-    let call = async {
-        let response = client.request(request).await.map_err(|e| e.to_string())?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{method} {path}: {status} {}",
-                String::from_utf8_lossy(&body).trim()
-            ))
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), call)
-        .await
-        .unwrap_or_else(|_| Err(format!("{method} {path}: no answer within 10 s")))
-}
-
 /// A drain of `http-clean` (graceful) and `tcp-chaos` (2 s deadline) at half of
 /// `every`, then each `every`; each ended after [`DRAIN_FOR`].
 async fn drain_every(
-    api: SocketAddr,
+    api: Api,
     every: Duration,
     started: Instant,
     at: Arc<Mutex<Vec<f64>>>,
     errors: Arc<Mutex<Vec<String>>>,
     stop: Shutdown,
 ) {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<Bytes>>();
     let drains = [
         ("http-clean", r#"{"mode":"graceful"}"#),
         ("tcp-chaos", r#"{"mode":"deadline","timeout":2000}"#),
@@ -847,7 +832,7 @@ async fn drain_every(
         }
         for (proxy, body) in drains {
             let path = format!("/proxies/{proxy}/drain");
-            if let Err(e) = expect_2xx(&client, api, "POST", &path, body.to_string()).await
+            if let Err(e) = api.expect_2xx("POST", &path, body).await
                 && let Ok(mut errs) = errors.lock()
             {
                 errs.push(e);
@@ -859,7 +844,7 @@ async fn drain_every(
         }
         for (proxy, _) in drains {
             let path = format!("/proxies/{proxy}/drain");
-            if let Err(e) = expect_2xx(&client, api, "DELETE", &path, String::new()).await
+            if let Err(e) = api.expect_2xx("DELETE", &path, "").await
                 && let Ok(mut errs) = errors.lock()
             {
                 errs.push(e);

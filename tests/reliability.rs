@@ -301,7 +301,7 @@ async fn the_api_server_drains_its_proxies_on_a_signal_and_closes_their_files() 
         .arg("--files-dir")
         .arg(&dir)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -321,7 +321,7 @@ async fn the_api_server_drains_its_proxies_on_a_signal_and_closes_their_files() 
     let mut snag = Snag {
         child,
         listen: api,
-        stderr: dir.join("none"),
+        stderr: dir.join("stderr.log"),
     };
     let body = format!(
         r#"{{"name":"web","listen":"127.0.0.1:0","upstream":"{echo_addr}","capture":"web.pcapng","events":"web.jsonl"}}"#

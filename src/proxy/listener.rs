@@ -157,14 +157,7 @@ pub(super) async fn serve(
             _ = shutdown.wait_now() => false,
         };
         if !finished {
-            let mut reset = 0;
-            // A proxy's other listener may be resetting the same connections.
-            proxy.each_conn(|c| {
-                if c.reset() {
-                    proxy.counters.drain_reset();
-                    reset += 1;
-                }
-            });
+            let reset = proxy.reset_open();
             if reset > 0 {
                 warn!(proxy = %proxy.name, %addr, reset, "shutting down: reset the connections still open");
                 proxy.event(

@@ -3,16 +3,11 @@
 
 use std::fmt::Write as _;
 
-use super::{Check, Sample};
+use super::Sample;
+use crate::report::Check;
 
 /// A chart's title, colour, and what it plots.
 type Series = (&'static str, &'static str, fn(&Sample) -> f64);
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
 
 /// The page: checks, then connections, RSS, descriptors and tasks against time, with
 /// the drains as vertical lines.
@@ -53,19 +48,7 @@ svg { background: #fafafa; border: 1px solid #ddd; display: block; margin: .5em 
         }
     );
     out += "<table>";
-    for c in checks {
-        let (class, word) = if c.passed {
-            ("pass", "PASS")
-        } else {
-            ("fail", "FAIL")
-        };
-        let _ = write!(
-            out,
-            "<tr><td class=\"{class}\">{word}</td><td>{}</td><td>{}</td></tr>",
-            esc(&c.what),
-            esc(&c.detail)
-        );
-    }
+    crate::report::check_rows(&mut out, checks);
     out += "</table>\n";
     let series: [Series; 4] = [
         ("connections open in snag", "#1f5fbf", |s| {
