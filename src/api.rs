@@ -206,7 +206,7 @@ impl Api {
                     .add_fault(fault.clone())
                     .map_err(|_| Error::ToxicExists)?;
             }
-            tokio::spawn(crate::play(
+            tokio::spawn(crate::proxy::play(
                 proxy,
                 spec.timeline.clone(),
                 t0,
@@ -392,7 +392,7 @@ async fn route(api: &Api, method: &Method, segments: &[&str], body: &Bytes) -> R
             Err(e) => Err(e),
         },
         (&Method::POST, ["proxies", name, "drain"]) => registry.proxy(name).and_then(|proxy| {
-            let drain: crate::proxy::drain::Drain = decode(body)?;
+            let drain: crate::fault::drain::Drain = decode(body)?;
             drain.validate().map_err(Error::Invalid)?;
             proxy.drain(drain);
             Ok(json(StatusCode::OK, &serde_json::json!({ "drain": drain })))

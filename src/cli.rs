@@ -5,8 +5,11 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    fault::{Fault, ProbeRules},
-    proxy::{Mode, drain::DrainAt, relay::OnUpstreamError},
+    fault::{
+        Fault, ProbeRules,
+        drain::{Drain, DrainAt},
+    },
+    proxy::{Mode, relay::OnUpstreamError},
 };
 
 /// snag: a fault-injection interposer and load-balancer test bench.
@@ -332,6 +335,37 @@ pub enum CtlCommand {
         /// Create it without listening.
         #[arg(long)]
         disabled: bool,
+        /// `tcp` relays bytes; `http` terminates HTTP and takes the HTTP faults.
+        #[arg(long, value_enum, default_value_t = Mode::Tcp)]
+        mode: Mode,
+        /// A second listener for health probes alone (port 0: the OS chooses).
+        #[arg(long, value_name = "ADDR")]
+        probe_listen: Option<String>,
+        /// In http mode, requests to this path are health probes (repeatable);
+        /// default /health, /healthz, /ready, /api/v1/health.
+        #[arg(long = "probe-path", value_name = "PATH")]
+        probe_paths: Vec<String>,
+        /// A capture of this proxy alone, in the server's files directory.
+        #[arg(long, value_name = "FILE")]
+        capture: Option<String>,
+    },
+    /// Drain a proxy: MODE[:timeout=MS,new=refuse|ignore,rate=KBPS], MODE one of
+    /// graceful, slow, deadline, abrupt.
+    Drain {
+        /// The proxy.
+        name: String,
+        /// e.g. graceful, or deadline:timeout=2000,new=ignore.
+        drain: Drain,
+    },
+    /// End a proxy's drain: it accepts again.
+    Undrain {
+        /// The proxy.
+        name: String,
+    },
+    /// A proxy's counters: connections, requests by class, statuses, resets, probes.
+    Stats {
+        /// The proxy.
+        name: String,
     },
     /// Enable a disabled proxy, or disable an enabled one.
     Toggle {
@@ -408,8 +442,20 @@ pub struct ServeArgs {
     pub shutdown_timeout: Duration,
 }
 
-/// Reads the command line. Invoked as `toxiproxy-server`, or as `snag serve
-/// --toxiproxy-flags`, it takes Toxiproxy's Go-style flags (`-host=0.0.0.0`,
+/// Whether `arg` is one of toxiproxy-server's single-dash flags (`-host`, `-port=8474`).
+fn is_toxiproxy_flag(arg: &str) -> bool {
+    let Some(name) = arg.strip_prefix('-').filter(|n| !n.starts_with('-')) else {
+        return false;
+    };
+    let name = name.split_once('=').map_or(name, |(n, _)| n);
+    matches!(
+        name,
+        "host" | "port" | "config" | "seed" | "proxy-metrics" | "runtime-metrics"
+    )
+}
+
+/// Reads the command line. Invoked as `toxiproxy-server`, as `snag serve
+/// --toxiproxy-flags`, or as `snag serve` followed by one of them, it takes Toxiproxy's Go-style flags (`-host=0.0.0.0`,
 /// `-port 8474`, `-config f.json`, `-seed 1`), so scripts and containers written for
 /// Toxiproxy start snag unchanged. Its Docker image listens on every interface, so
 /// there `-host` other than loopback is allowed without a token, as in Toxiproxy.
@@ -423,6 +469,12 @@ pub fn args(argv: Vec<String>) -> Vec<String> {
         && argv.get(2).map(String::as_str) == Some("--toxiproxy-flags")
     {
         argv[3..].to_vec()
+    } else if argv.get(1).map(String::as_str) == Some("serve")
+        && argv[2..].iter().any(|a| is_toxiproxy_flag(a))
+    {
+        // `snag serve -host 127.0.0.1 -port 8474`, as scripts written for
+        // toxiproxy-server say it; clap would read `-host` as `-h` and print help.
+        argv[2..].to_vec()
     } else {
         return argv;
     };

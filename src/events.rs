@@ -11,8 +11,6 @@ use std::{
 
 use serde::Serialize;
 
-use crate::fault::Scope;
-
 /// How many distinct transaction ids a proxy remembers; past that, new ids are not
 /// tracked (and `ids_untracked` counts them), so memory stays bounded on long runs.
 pub const ID_LIMIT: usize = 1_000_000;
@@ -26,6 +24,15 @@ pub const OTHER_INSTANCES: &str = "(other)";
 
 /// How many seconds of new-connection rate the stats keep (an hour).
 pub const SECONDS_KEPT: usize = 3600;
+
+/// What a request was, for the counters: a health probe or a data request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// A health probe.
+    Probe,
+    /// Anything else.
+    Data,
+}
 
 /// One proxy's counters. Cheap to bump from any task.
 #[derive(Debug)]
@@ -173,12 +180,11 @@ impl Counters {
         self.active.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// A request of class `scope` arrived; `draining` if a drain had begun.
-    pub fn request(&self, scope: Scope, draining: bool) {
-        let counter = if scope == Scope::Probe {
-            &self.probe_requests
-        } else {
-            &self.data_requests
+    /// A request arrived: a health probe or data; `draining` if a drain had begun.
+    pub fn request(&self, class: Class, draining: bool) {
+        let counter = match class {
+            Class::Probe => &self.probe_requests,
+            Class::Data => &self.data_requests,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         if draining {

@@ -7,6 +7,7 @@
 
 pub mod bandwidth;
 pub mod chain;
+pub mod drain;
 pub mod file;
 pub mod http;
 pub mod latency;
@@ -25,16 +26,8 @@ use rand::{RngExt, rngs::SmallRng};
 use serde::{Deserialize, Serialize};
 
 use self::{
-    bandwidth::Bandwidth,
-    http::{BadBody, DropRequest, HttpDelay, HttpStatus, ResetMidResponse},
-    latency::Latency,
-    limit_data::LimitData,
-    loss::Loss,
-    reset_peer::ResetPeer,
-    slicer::Slicer,
-    slow_close::SlowClose,
-    stage::Stage,
-    timeout::Timeout,
+    bandwidth::Bandwidth, latency::Latency, limit_data::LimitData, loss::Loss,
+    reset_peer::ResetPeer, slicer::Slicer, slow_close::SlowClose, stage::Stage, timeout::Timeout,
 };
 pub use self::{
     chain::{Chain, ConnId},
@@ -101,21 +94,38 @@ pub enum Kind {
     Down,
     /// Listener kept but its accept queue full: SYNs are dropped.
     SynDrop,
-    /// Answer in the backend's place (HTTP mode).
-    HttpStatus(HttpStatus),
-    /// Break the response body (HTTP mode).
-    BadBody(BadBody),
-    /// Hold the response (HTTP mode).
-    HttpDelay(HttpDelay),
-    /// Swallow the request (HTTP mode).
-    DropRequest(DropRequest),
-    /// RST partway through the response body (HTTP mode).
-    ResetMidResponse(ResetMidResponse),
+    /// An HTTP fault (mode http): its hooks, one of [`http::REGISTRY`].
+    Http(http::Hooks),
 }
 
+/// The TCP and listener faults' type names; the HTTP ones are in [`http::REGISTRY`].
+const TCP_TYPES: &str =
+    "latency, bandwidth, slicer, limit_data, timeout, reset_peer, slow_close, loss, down, syn_drop";
+
 /// Every type name, for error messages.
-pub const TYPES: &str = "latency, bandwidth, slicer, limit_data, timeout, reset_peer, slow_close, loss, down, syn_drop, \
-     http_status, bad_body, http_delay, drop_request, reset_mid_response";
+pub fn types() -> String {
+    let http: Vec<&str> = http::REGISTRY.iter().map(|(name, _)| *name).collect();
+    format!("{TCP_TYPES}, {}", http.join(", "))
+}
+
+/// An attribute table as the attribute struct `T`, strictly: unknown keys and bad
+/// values are named.
+pub(crate) fn attrs<T: serde::de::DeserializeOwned>(t: toml::Table) -> Result<T, String> {
+    let whole = toml::Value::Table(t.clone()).try_into();
+    whole.map_err(|e: toml::de::Error| {
+        // serde does not say which field held a bad value; try each alone.
+        let culprit = t.iter().find(|(k, v)| {
+            let one = toml::Table::from_iter([((*k).clone(), (*v).clone())]);
+            toml::Value::Table(one).try_into::<T>().is_err()
+        });
+        match culprit {
+            Some((key, _)) if !e.message().contains("unknown field") => {
+                format!("attribute `{key}`: {}", e.message().trim())
+            }
+            _ => e.message().trim().to_string(),
+        }
+    })
+}
 
 impl Kind {
     /// Builds a kind from its type name and attribute table, strictly, as fault files
@@ -135,10 +145,7 @@ impl Kind {
             Kind::Loss(l) if !(0.0..=1.0).contains(&l.probability) => {
                 Err(format!("probability {} is outside 0.0–1.0", l.probability))
             }
-            Kind::HttpStatus(h) if !(100..=999).contains(&h.status) => Err(format!(
-                "status {} is not an HTTP status (100–999)",
-                h.status
-            )),
+            Kind::Http(h) => h.get().validate().map(|()| kind),
             _ => Ok(kind),
         }
     }
@@ -154,33 +161,13 @@ impl Kind {
             Kind::ResetPeer(a) => serde_json::to_value(a),
             Kind::SlowClose(a) => serde_json::to_value(a),
             Kind::Loss(a) => serde_json::to_value(a),
-            Kind::HttpStatus(a) => serde_json::to_value(a),
-            Kind::BadBody(a) => serde_json::to_value(a),
-            Kind::HttpDelay(a) => serde_json::to_value(a),
-            Kind::DropRequest(a) => serde_json::to_value(a),
-            Kind::ResetMidResponse(a) => serde_json::to_value(a),
+            Kind::Http(h) => Ok(h.get().attributes()),
             Kind::Down | Kind::SynDrop => Ok(serde_json::Value::Object(Default::default())),
         };
         value.expect("attribute structs of plain numbers always serialise")
     }
 
     fn parse(type_name: &str, attributes: toml::Table) -> Result<Kind, String> {
-        fn attrs<T: serde::de::DeserializeOwned>(t: toml::Table) -> Result<T, String> {
-            let whole = toml::Value::Table(t.clone()).try_into();
-            whole.map_err(|e: toml::de::Error| {
-                // serde does not say which field held a bad value; try each alone.
-                let culprit = t.iter().find(|(k, v)| {
-                    let one = toml::Table::from_iter([((*k).clone(), (*v).clone())]);
-                    toml::Value::Table(one).try_into::<T>().is_err()
-                });
-                match culprit {
-                    Some((key, _)) if !e.message().contains("unknown field") => {
-                        format!("attribute `{key}`: {}", e.message().trim())
-                    }
-                    _ => e.message().trim().to_string(),
-                }
-            })
-        }
         let kind = match type_name {
             "latency" => Kind::Latency(attrs(attributes)?),
             "bandwidth" => Kind::Bandwidth(attrs(attributes)?),
@@ -190,11 +177,6 @@ impl Kind {
             "reset_peer" => Kind::ResetPeer(attrs(attributes)?),
             "slow_close" => Kind::SlowClose(attrs(attributes)?),
             "loss" => Kind::Loss(attrs(attributes)?),
-            "http_status" => Kind::HttpStatus(attrs(attributes)?),
-            "bad_body" => Kind::BadBody(attrs(attributes)?),
-            "http_delay" => Kind::HttpDelay(attrs(attributes)?),
-            "drop_request" => Kind::DropRequest(attrs(attributes)?),
-            "reset_mid_response" => Kind::ResetMidResponse(attrs(attributes)?),
             "down" | "syn_drop" => {
                 if let Some(key) = attributes.keys().next() {
                     return Err(format!("{type_name} takes no attributes, got `{key}`"));
@@ -205,7 +187,12 @@ impl Kind {
                     Kind::SynDrop
                 }
             }
-            other => return Err(format!("unknown fault type `{other}` (known: {TYPES})")),
+            other => match http::Hooks::build(other, attributes) {
+                Some(hooks) => Kind::Http(hooks?),
+                None => {
+                    return Err(format!("unknown fault type `{other}` (known: {})", types()));
+                }
+            },
         };
         Ok(kind)
     }
@@ -227,9 +214,7 @@ impl Kind {
                 Err(format!("probability {} is outside 0.0–1.0", l.probability))
             }
             Kind::Loss(l) if l.segment == 0 => Err("segment must be at least 1 byte".into()),
-            Kind::BadBody(b) if b.mode == http::BadBodyMode::WrongLength && b.bytes == 0 => {
-                Err("wrong_length needs bytes > 0: the length promised beyond the body".into())
-            }
+            Kind::Http(h) => h.get().validate(),
             _ => Ok(()),
         }
     }
@@ -245,11 +230,7 @@ impl Kind {
             Kind::ResetPeer(_) => "reset_peer",
             Kind::SlowClose(_) => "slow_close",
             Kind::Loss(_) => "loss",
-            Kind::HttpStatus(_) => "http_status",
-            Kind::BadBody(_) => "bad_body",
-            Kind::HttpDelay(_) => "http_delay",
-            Kind::DropRequest(_) => "drop_request",
-            Kind::ResetMidResponse(_) => "reset_mid_response",
+            Kind::Http(h) => h.get().type_name(),
             Kind::Down => "down",
             Kind::SynDrop => "syn_drop",
         }
@@ -262,14 +243,15 @@ impl Kind {
 
     /// Whether it acts on HTTP exchanges (mode http) rather than on TCP bytes.
     pub fn is_http(&self) -> bool {
-        matches!(
-            self,
-            Kind::HttpStatus(_)
-                | Kind::BadBody(_)
-                | Kind::HttpDelay(_)
-                | Kind::DropRequest(_)
-                | Kind::ResetMidResponse(_)
-        )
+        matches!(self, Kind::Http(_))
+    }
+
+    /// Its hooks, if it is an HTTP fault.
+    pub fn http(&self) -> Option<&dyn http::HttpFault> {
+        match self {
+            Kind::Http(h) => Some(h.get()),
+            _ => None,
+        }
     }
 
     fn stage(&self, rng: SmallRng) -> Option<Box<dyn Stage>> {
@@ -342,6 +324,19 @@ impl Fault {
     pub fn with_scope(mut self, scope: Scope) -> Result<Fault, String> {
         self.scope = scope;
         Ok(self)
+    }
+
+    /// Every field as the API's JSON has it (`scope` included): what the event log
+    /// records and what `snag ctl` sends, so neither can leave a field behind.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.name,
+            "type": self.kind.type_name(),
+            "stream": self.stream.as_str(),
+            "toxicity": self.toxicity,
+            "scope": self.scope.as_str(),
+            "attributes": self.kind.attributes_json(),
+        })
     }
 
     /// Whether a listener fault acts on a listener of class `listener` (`Any` for a

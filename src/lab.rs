@@ -8,7 +8,6 @@ pub mod load;
 
 use std::{convert::Infallible, future::Future, net::SocketAddr, time::Duration};
 
-use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode, body::Incoming, header, service::service_fn};
@@ -81,81 +80,4 @@ fn json(
         headers.insert(name, value);
     }
     response
-}
-
-/// `snag backend`: serves until `shutdown`.
-pub async fn run_backend(args: crate::cli::BackendArgs, shutdown: Shutdown) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("could not bind {}", args.listen))?;
-    let config = backend::Config {
-        id: args.id,
-        delay: args.delay,
-        workers: args.workers.map(|n| n as usize),
-        work: args.work,
-        queue: args.queue.0,
-        health_path: args.health_path,
-        dependency_broken: args.dependency_broken,
-    };
-    let pool = match config.workers {
-        Some(n) => format!(
-            ", {n} workers × {:?}, queue {}",
-            config.work,
-            config.queue.map_or("unbounded".into(), |q| q.to_string())
-        ),
-        None => String::new(),
-    };
-    say!(
-        "backend {} listening on {} (delay {:?}{pool}, health {})",
-        config.id,
-        listener.local_addr()?,
-        config.delay,
-        config.health_path
-    );
-    backend::serve(listener, backend::Backend::new(config), shutdown).await;
-    Ok(())
-}
-
-/// `snag balancer`: serves until `shutdown`.
-pub async fn run_balancer(
-    args: crate::cli::BalancerArgs,
-    shutdown: Shutdown,
-) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("could not bind {}", args.listen))?;
-    let seed = args.seed.unwrap_or_else(crate::seed::fresh);
-    let health = args.health_interval.map(|interval| balancer::HealthCheck {
-        interval,
-        timeout: args.health_timeout,
-        rise: args.rise,
-        fall: args.fall,
-        path: args.health_path.clone(),
-        expect_body: args.health_expect_body.clone(),
-    });
-    let config = balancer::Config {
-        backends: args.backends,
-        strategy: args.strategy,
-        hash_key: args.hash_key,
-        health,
-        max_fails: args.max_fails,
-        fail_timeout: args.fail_timeout,
-        slow_start: args.slow_start,
-        retries: args.retries,
-        timeout: args.timeout,
-        seed,
-    };
-    let names: Vec<String> = config
-        .backends
-        .iter()
-        .map(|b| format!("{}={}", b.id, b.addr))
-        .collect();
-    say!(
-        "balancer listening on {} ({}, seed {seed}) → {}",
-        listener.local_addr()?,
-        config.strategy,
-        names.join(" ")
-    );
-    balancer::serve(listener, balancer::Balancer::new(config), shutdown).await;
-    Ok(())
 }

@@ -19,12 +19,12 @@ use serde::Serialize;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A file under /proc could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {why}")]
     Read {
         /// The file.
         path: String,
-        /// What the OS said.
-        source: std::io::Error,
+        /// What the OS said (in the message, so not also a source to print twice).
+        why: std::io::Error,
     },
     /// A line did not parse.
     #[error("{path}:{line}: {why}")]
@@ -85,10 +85,10 @@ pub fn proc_sockets() -> Result<Vec<Socket>, Error> {
             Ok(t) => t,
             // A kernel without IPv6 has no tcp6 table: no IPv6 sockets.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && path.ends_with('6') => continue,
-            Err(source) => {
+            Err(why) => {
                 return Err(Error::Read {
                     path: path.into(),
-                    source,
+                    why,
                 });
             }
         };
@@ -269,9 +269,9 @@ impl Limits {
     /// Reads them from /proc/sys.
     pub fn read() -> Result<Limits, Error> {
         let read = |path: &str| {
-            std::fs::read_to_string(path).map_err(|source| Error::Read {
+            std::fs::read_to_string(path).map_err(|why| Error::Read {
                 path: path.into(),
-                source,
+                why,
             })
         };
         let range = read("/proc/sys/net/ipv4/ip_local_port_range")?;

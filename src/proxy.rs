@@ -1,9 +1,10 @@
 //! The interposer: one listener per upstream, an accept loop that applies the
 //! listener faults (`down`, `syn_drop`), and one relay task per connection.
 
-pub mod drain;
+pub mod http;
 mod listener;
 pub mod relay;
+mod scenario;
 pub mod socket;
 
 use std::{
@@ -22,16 +23,17 @@ use tokio::{
 };
 use tracing::{debug, info};
 
-use self::{
-    drain::{Drain, DrainMode},
-    relay::{Control, Ending, Faults, OnUpstreamError, Side},
-};
+use self::relay::{Control, Ending, Faults, OnUpstreamError, Side};
 use crate::{
     events::{Counters, EventLog},
-    fault::{ConnId, Fault, Kind, ProbeRules, Scope},
+    fault::{
+        ConnId, Fault, Kind, ProbeRules, Scope,
+        drain::{Drain, DrainMode},
+    },
     shutdown::Shutdown,
 };
 
+pub use self::scenario::{Running, play, start};
 pub use crate::fault::Mode;
 
 /// How a proxy treats its upstream and its traffic.
@@ -87,8 +89,8 @@ impl Default for Options {
 pub struct Proxy {
     /// Unique name.
     pub name: String,
-    /// Where connections go, `host:port`.
-    pub upstream: String,
+    /// Where new connections go, `host:port`; open ones stay where they are.
+    upstream: std::sync::RwLock<Arc<str>>,
     seed: u64,
     options: Options,
     faults: watch::Sender<Arc<Vec<Arc<Fault>>>>,
@@ -150,7 +152,7 @@ impl Proxy {
     ) -> Result<Arc<Proxy>, FaultError> {
         let proxy = Proxy {
             name,
-            upstream,
+            upstream: std::sync::RwLock::new(Arc::from(upstream)),
             seed,
             options,
             faults: watch::Sender::new(Arc::new(Vec::new())),
@@ -165,6 +167,28 @@ impl Proxy {
             proxy.add_fault(fault)?;
         }
         Ok(Arc::new(proxy))
+    }
+
+    /// Where new connections go, `host:port`.
+    pub fn upstream(&self) -> Arc<str> {
+        self.upstream
+            .read()
+            .expect("no code panics while holding the upstream lock")
+            .clone()
+    }
+
+    /// Sends new connections (and HTTP requests) to `upstream` from now on; the
+    /// faults, counters and open connections stay as they are.
+    pub fn set_upstream(&self, upstream: &str) {
+        info!(proxy = %self.name, upstream, "upstream changed");
+        self.event(
+            "upstream_changed",
+            serde_json::json!({ "upstream": upstream }),
+        );
+        *self
+            .upstream
+            .write()
+            .expect("no code panics while holding the upstream lock") = Arc::from(upstream);
     }
 
     /// How it treats its upstream and its traffic.
@@ -282,7 +306,7 @@ impl Proxy {
                 return Err(FaultError::Mode { name: fault.name, kind: fault.kind.type_name(), mode: mode.as_str() });
             }
             info!(proxy = %self.name, fault = %fault.name, kind = fault.kind.type_name(), stream = %fault.stream, "fault added");
-            self.event("fault_added", fault_json(&fault));
+            self.event("fault_added", fault.to_json());
             faults.push(Arc::new(fault));
             Ok(())
         })
@@ -304,7 +328,7 @@ impl Proxy {
         self.edit_faults(|faults| {
             let index = position(faults, &fault.name)?;
             info!(proxy = %self.name, fault = %fault.name, "fault changed");
-            self.event("fault_changed", fault_json(&fault));
+            self.event("fault_changed", fault.to_json());
             faults[index] = Arc::new(fault);
             Ok(())
         })
@@ -394,17 +418,6 @@ fn position(faults: &[Arc<Fault>], name: &str) -> Result<usize, FaultError> {
         .ok_or_else(|| FaultError::NotFound(name.to_string()))
 }
 
-fn fault_json(fault: &Fault) -> serde_json::Value {
-    serde_json::json!({
-        "name": fault.name,
-        "type": fault.kind.type_name(),
-        "stream": fault.stream.as_str(),
-        "toxicity": fault.toxicity,
-        "scope": fault.scope.as_str(),
-        "attributes": fault.kind.attributes_json(),
-    })
-}
-
 /// Serves `proxy` on `listener` until `shutdown`, then waits for its connections to
 /// end (they end on the same signal). Errors only if the listener cannot be set up;
 /// accept errors (EMFILE …) back off and retry.
@@ -460,11 +473,8 @@ async fn handle(
     class: Scope,
 ) {
     let options = &proxy.options;
-    let connect = timeout(
-        options.connect_timeout,
-        TcpStream::connect(proxy.upstream.as_str()),
-    )
-    .await;
+    let upstream_addr = proxy.upstream();
+    let connect = timeout(options.connect_timeout, TcpStream::connect(&*upstream_addr)).await;
     let mut upstream = match connect {
         Ok(Ok(stream)) => stream,
         failed => {
@@ -472,7 +482,7 @@ async fn handle(
                 Ok(Err(err)) => err.to_string(),
                 _ => format!("no answer within {:?}", options.connect_timeout),
             };
-            debug!(upstream = %proxy.upstream, %why, "upstream connect failed");
+            debug!(upstream = %upstream_addr, %why, "upstream connect failed");
             proxy.counters.upstream_error();
             proxy.event(
                 "upstream_failed",
@@ -536,4 +546,82 @@ async fn handle(
         ending = ?outcome.ending,
         "connection done"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::{Instant, sleep_until};
+
+    use super::*;
+    use crate::fault::drain::NewConns;
+
+    fn proxy() -> Arc<Proxy> {
+        Proxy::new(
+            "p".into(),
+            "127.0.0.1:1".into(),
+            1,
+            Options::default(),
+            vec![],
+        )
+        .unwrap()
+    }
+
+    fn deadline(ms: u64) -> Drain {
+        Drain {
+            mode: DrainMode::Deadline,
+            timeout: ms,
+            new: NewConns::Refuse,
+            rate: 0,
+        }
+    }
+
+    async fn settle() {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_drain_resets_what_is_open_exactly_at_its_deadline() {
+        let proxy = proxy();
+        let (a, b) = (proxy.register(1), proxy.register(2));
+        let t0 = Instant::now();
+        proxy.drain(deadline(2000));
+        settle().await;
+        assert!(a.is_draining() && !a.is_reset());
+        sleep_until(t0 + Duration::from_millis(1999)).await;
+        settle().await;
+        assert!(!a.is_reset() && !b.is_reset());
+        sleep_until(t0 + Duration::from_millis(2000)).await;
+        settle().await;
+        assert!(a.is_reset() && b.is_reset());
+        assert_eq!(proxy.counters().snapshot().drain_resets, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ending_or_replacing_a_drain_cancels_its_deadline() {
+        let proxy = proxy();
+        let a = proxy.register(1);
+        let t0 = Instant::now();
+        proxy.drain(deadline(1000));
+        sleep_until(t0 + Duration::from_millis(500)).await;
+        proxy.undrain();
+        sleep_until(t0 + Duration::from_millis(1500)).await;
+        settle().await;
+        assert!(!a.is_reset());
+
+        // A second drain's deadline counts from when it began; the first no longer holds.
+        let t1 = Instant::now();
+        proxy.drain(deadline(1000));
+        sleep_until(t1 + Duration::from_millis(200)).await;
+        proxy.drain(deadline(3000));
+        sleep_until(t1 + Duration::from_millis(1100)).await;
+        settle().await;
+        assert!(!a.is_reset(), "the replaced deadline fired");
+        sleep_until(t1 + Duration::from_millis(3200)).await;
+        settle().await;
+        assert!(a.is_reset());
+    }
 }

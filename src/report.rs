@@ -19,6 +19,9 @@ pub enum Verdict {
     /// A check failed while the generator itself failed (ports, descriptors,
     /// overload): the run says nothing about the service.
     GeneratorFailed,
+    /// A check failed while other programs took the CPU (evidence in `host`): the
+    /// run cannot tell the balancer's doing from the machine's.
+    HostBusy,
     /// The case could not run.
     Error,
     /// The balancer under test lacks what the case needs (or snag does not drive it
@@ -33,6 +36,7 @@ impl Verdict {
             Verdict::Pass => "PASS",
             Verdict::Fail => "FAIL",
             Verdict::GeneratorFailed => "GENERATOR",
+            Verdict::HostBusy => "HOST",
             Verdict::Error => "ERROR",
             Verdict::Unsupported => "N/A",
         }
@@ -44,6 +48,7 @@ impl Verdict {
             Verdict::Pass => "pass",
             Verdict::Fail => "fail",
             Verdict::GeneratorFailed => "generator-failed",
+            Verdict::HostBusy => "host-busy",
             Verdict::Error => "error",
             Verdict::Unsupported => "unsupported",
         }
@@ -116,13 +121,17 @@ pub struct CaseReport {
     pub seed: u64,
     /// `builtin`, `haproxy` or `nginx`.
     pub balancer_under_test: String,
+    /// What else the machine did while the case ran, where `/proc` says.
+    pub host: Option<crate::host::Load>,
 }
 
 impl CaseReport {
-    /// The verdict the checks give: any failure is a FAIL, unless the generator failed.
+    /// The verdict the checks give: any failure is a FAIL, unless the generator
+    /// failed, or other programs kept the machine busy.
     pub fn decide(&mut self) {
         let generator = self.runs.iter().any(|r| r.load.generator_errors > 0);
-        self.verdict = verdict(self.verdict, &self.checks, generator);
+        let busy = self.host.is_some_and(|h| h.busy());
+        self.verdict = verdict(self.verdict, &self.checks, generator, busy);
     }
 
     /// The case as a block of lines for the terminal.
@@ -161,6 +170,9 @@ impl CaseReport {
             let _ = writeln!(out, "   note  {note}");
         }
         let _ = writeln!(out, "   reference  {}", self.reference);
+        if let Some(host) = &self.host {
+            let _ = writeln!(out, "   host  {}", host.describe());
+        }
         let _ = writeln!(
             out,
             "   {}  in {:.1} s (seed {})",
@@ -173,16 +185,18 @@ impl CaseReport {
 }
 
 /// The verdict of `checks`: an error stays an error, and so does a case that checked
-/// nothing; a failed check is the generator's when it failed itself.
-fn verdict(current: Verdict, checks: &[Check], generator_failed: bool) -> Verdict {
+/// nothing; a failed check is the generator's when it failed itself, and the host's
+/// when other programs kept the machine busy.
+fn verdict(current: Verdict, checks: &[Check], generator_failed: bool, host_busy: bool) -> Verdict {
     let failed = checks.iter().any(|c| !c.passed);
-    match (current, failed, generator_failed) {
-        (Verdict::Error, _, _) => Verdict::Error,
-        (Verdict::Unsupported, _, _) => Verdict::Unsupported,
-        (_, false, _) if !checks.is_empty() => Verdict::Pass,
-        (_, false, _) => Verdict::Error,
-        (_, true, true) => Verdict::GeneratorFailed,
-        (_, true, false) => Verdict::Fail,
+    match (current, failed) {
+        (Verdict::Error, _) => Verdict::Error,
+        (Verdict::Unsupported, _) => Verdict::Unsupported,
+        (_, false) if !checks.is_empty() => Verdict::Pass,
+        (_, false) => Verdict::Error,
+        (_, true) if generator_failed => Verdict::GeneratorFailed,
+        (_, true) if host_busy => Verdict::HostBusy,
+        (_, true) => Verdict::Fail,
     }
 }
 
@@ -190,13 +204,21 @@ impl CaseReport {
     /// What a summary shows of it: the figures of its first failed check, else of
     /// its first check, else its first note (why it did not run).
     pub fn key_figure(&self) -> String {
-        self.checks
+        let check = self
+            .checks
             .iter()
             .find(|c| !c.passed)
             .or(self.checks.first())
             .map(|c| c.detail.clone())
             .or_else(|| self.notes.first().cloned())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        match (self.verdict, &self.host) {
+            (Verdict::HostBusy, Some(host)) => format!(
+                "other programs used {:.2} of {} cores; {check}",
+                host.other_cores, host.cores
+            ),
+            _ => check,
+        }
     }
 
     /// Its name with the balancer under test when that is not the built-in one:
@@ -280,11 +302,12 @@ pub fn summary(reports: &[CaseReport]) -> String {
     let count = |v: Verdict| reports.iter().filter(|r| r.verdict == v).count();
     let _ = writeln!(
         out,
-        "{} cases: {} pass, {} fail, {} generator failures, {} errors",
+        "{} cases: {} pass, {} fail, {} generator failures, {} on a busy host, {} errors",
         reports.len(),
         count(Verdict::Pass),
         count(Verdict::Fail),
         count(Verdict::GeneratorFailed),
+        count(Verdict::HostBusy),
         count(Verdict::Error)
     );
     out
@@ -316,7 +339,7 @@ pub fn html(reports: &[CaseReport]) -> String {
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
 table { border-collapse: collapse; margin: .5em 0; }
 td, th { padding: .2em .8em; border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; }
-.pass { color: #176b2c; font-weight: bold; } .fail, .error, .generator-failed { color: #b00020; font-weight: bold; }
+.pass { color: #176b2c; font-weight: bold; } .fail, .error, .generator-failed { color: #b00020; font-weight: bold; } .host-busy { color: #8a5a00; font-weight: bold; }
 section { border-top: 2px solid #444; margin-top: 2em; }
 svg { background: #fafafa; border: 1px solid #ddd; }
 td { white-space: nowrap; } td:last-child { white-space: normal; }
@@ -596,15 +619,28 @@ mod tests {
     fn a_failed_check_is_the_generators_when_the_generator_failed() {
         let pass = checks(&[true, true]);
         let fail = checks(&[true, false]);
-        assert_eq!(verdict(Verdict::Pass, &pass, false), Verdict::Pass);
-        assert_eq!(verdict(Verdict::Pass, &pass, true), Verdict::Pass);
-        assert_eq!(verdict(Verdict::Pass, &fail, false), Verdict::Fail);
+        assert_eq!(verdict(Verdict::Pass, &pass, false, false), Verdict::Pass);
+        assert_eq!(verdict(Verdict::Pass, &pass, true, true), Verdict::Pass);
+        assert_eq!(verdict(Verdict::Pass, &fail, false, false), Verdict::Fail);
         assert_eq!(
-            verdict(Verdict::Pass, &fail, true),
+            verdict(Verdict::Pass, &fail, true, true),
             Verdict::GeneratorFailed
         );
-        assert_eq!(verdict(Verdict::Error, &pass, false), Verdict::Error);
-        assert_eq!(verdict(Verdict::Pass, &[], false), Verdict::Error);
+        assert_eq!(verdict(Verdict::Error, &pass, false, false), Verdict::Error);
+        assert_eq!(verdict(Verdict::Pass, &[], false, false), Verdict::Error);
+    }
+
+    #[test]
+    fn a_failed_check_on_a_busy_host_is_the_hosts_and_says_so() {
+        let fail = checks(&[false]);
+        assert_eq!(
+            verdict(Verdict::Pass, &fail, false, true),
+            Verdict::HostBusy
+        );
+        assert_eq!(
+            verdict(Verdict::Pass, &checks(&[true]), false, true),
+            Verdict::Pass
+        );
     }
 
     #[test]

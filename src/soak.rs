@@ -422,10 +422,16 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let mut samples = Vec::new();
     let mut last_ok = 0;
     let mut interrupted = false;
-    for second in 1..=args.duration.as_secs().max(1) {
+    // The load runs for its duration on the clock: a sample a second while a sample
+    // takes less (on a busy machine reading the API under load can take longer, and
+    // the soak must not stretch with it).
+    let mut second = 0;
+    while started.elapsed() < args.duration {
+        second = (started.elapsed().as_secs() + 1).max(second + 1);
+        let next = (started + Duration::from_secs(second)).min(started + args.duration);
         tokio::select! {
             _ = shutdown.wait() => { interrupted = true; break }
-            _ = tokio::time::sleep_until(started + Duration::from_secs(second)) => {}
+            _ = tokio::time::sleep_until(next) => {}
         }
         let Ok(mut sample) = target.sample().await else {
             break; // the checks below say what happened to it

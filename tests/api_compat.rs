@@ -5,39 +5,13 @@ mod common;
 
 use std::{io, net::SocketAddr, time::Duration};
 
-use common::{HttpReply, echo_server, http, within};
-use snag::{api, proxy::Options, shutdown::Shutdown};
+use common::{call, echo_server, http, json, spawn_api, within};
+use snag::api;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
     time::Instant,
 };
-
-async fn spawn_api(token: Option<&str>) -> SocketAddr {
-    spawn_api_with(token, api::Metrics::default()).await
-}
-
-async fn spawn_api_with(token: Option<&str>, metrics: api::Metrics) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let token = token.map(String::from);
-    let settings = api::Settings {
-        token,
-        metrics,
-        ..api::Settings::default()
-    };
-    let api = api::Api::new(1, Options::default(), settings, Shutdown::never());
-    tokio::spawn(api::serve(listener, api, Shutdown::never()));
-    addr
-}
-
-async fn call(api: SocketAddr, method: &str, path: &str, body: &str) -> HttpReply {
-    http(api, method, path, body, &[]).await
-}
-
-fn json(reply: &HttpReply) -> serde_json::Value {
-    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {:?}", reply.body))
-}
 
 /// Creates proxy `name` to `upstream` and returns its bound address.
 async fn create(api: SocketAddr, name: &str, upstream: SocketAddr) -> SocketAddr {
@@ -58,7 +32,7 @@ async fn rtt(addr: SocketAddr) -> Duration {
 #[tokio::test]
 async fn version_is_semver_with_toxiproxys_framing() {
     within(5, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let reply = call(api, "GET", "/version", "").await;
         assert_eq!(reply.status, 200);
         assert_eq!(
@@ -82,7 +56,7 @@ async fn version_is_semver_with_toxiproxys_framing() {
 #[tokio::test]
 async fn proxy_lifecycle_answers_as_toxiproxy_does() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let upstream = echo_server().await;
         assert_eq!(call(api, "GET", "/proxies", "").await.body, "{}");
 
@@ -118,7 +92,7 @@ async fn proxy_lifecycle_answers_as_toxiproxy_does() {
 #[tokio::test]
 async fn bad_requests_get_toxiproxys_errors() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let upstream = echo_server().await;
         let cases: &[(&str, &str, &str, u16, &str)] = &[
             ("POST", "/proxies", "", 400, "bad request body: EOF"),
@@ -166,7 +140,7 @@ async fn bad_requests_get_toxiproxys_errors() {
 #[tokio::test]
 async fn toxics_are_created_listed_updated_and_removed() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         create(api, "p", echo_server().await).await;
         let reply = call(api, "POST", "/proxies/p/toxics", r#"{"type":"latency","attributes":{"latency":100},"toxicity":null,"extra":1}"#).await;
         assert_eq!(reply.status, 200);
@@ -197,7 +171,7 @@ async fn toxics_are_created_listed_updated_and_removed() {
 #[tokio::test]
 async fn a_latency_toxic_added_through_the_api_delays_the_proxy_and_goes_away() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let proxy = create(api, "p", echo_server().await).await;
         assert!(rtt(proxy).await < Duration::from_millis(50));
         let reply = call(
@@ -224,7 +198,7 @@ async fn a_latency_toxic_added_through_the_api_delays_the_proxy_and_goes_away() 
 #[tokio::test]
 async fn disabling_refuses_connections_and_enabling_accepts_them_again() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let proxy = create(api, "p", echo_server().await).await;
         let mut open = TcpStream::connect(proxy).await.unwrap();
         let off = json(&call(api, "POST", "/proxies/p", r#"{"enabled":false}"#).await);
@@ -253,7 +227,7 @@ async fn disabling_refuses_connections_and_enabling_accepts_them_again() {
 #[tokio::test]
 async fn changing_the_upstream_restarts_the_proxy_and_keeps_its_toxics() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let proxy = create(api, "p", "127.0.0.1:1".parse().unwrap()).await;
         call(
             api,
@@ -282,7 +256,7 @@ async fn changing_the_upstream_restarts_the_proxy_and_keeps_its_toxics() {
 #[tokio::test]
 async fn populate_creates_keeps_and_replaces() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let echo = echo_server().await;
         let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
         let body = format!(r#"[{{"name":"a","listen":"127.0.0.1:{port}","upstream":"{echo}"}},{{"name":"b","upstream":"{echo}","enabled":false}}]"#);
@@ -309,7 +283,7 @@ async fn populate_creates_keeps_and_replaces() {
 #[tokio::test]
 async fn reset_enables_everything_and_removes_every_toxic() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let proxy = create(api, "p", echo_server().await).await;
         call(
             api,
@@ -334,7 +308,7 @@ async fn reset_enables_everything_and_removes_every_toxic() {
 #[tokio::test]
 async fn snags_own_faults_come_through_the_toxics_endpoint() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let proxy = create(api, "p", echo_server().await).await;
         let reply = call(api, "POST", "/proxies/p/toxics", r#"{"type":"down"}"#).await;
         assert_eq!(reply.body, r#"{"attributes":{},"name":"down_downstream","type":"down","stream":"downstream","toxicity":1}"#);
@@ -349,7 +323,14 @@ async fn snags_own_faults_come_through_the_toxics_endpoint() {
 #[tokio::test]
 async fn a_token_is_required_when_set() {
     within(5, async {
-        let api = spawn_api(Some("s3cret")).await;
+        let api = spawn_api(
+            api::Settings {
+                token: Some("s3cret".into()),
+                ..api::Settings::default()
+            },
+            None,
+        )
+        .await;
         let reply = call(api, "GET", "/proxies", "").await;
         assert_eq!(
             (reply.status, reply.body.as_str()),
@@ -380,10 +361,10 @@ async fn a_token_is_required_when_set() {
 #[tokio::test]
 async fn metrics_count_bytes_of_closed_connections_only_when_asked() {
     within(10, async {
-        let plain = spawn_api(None).await;
+        let plain = spawn_api(api::Settings::default(), None).await;
         assert_eq!(call(plain, "GET", "/metrics", "").await.status, 404);
 
-        let api = spawn_api_with(None, api::Metrics { proxy: true, runtime: true }).await;
+        let api = spawn_api(api::Settings { metrics: api::Metrics { proxy: true, runtime: true }, ..api::Settings::default() }, None).await;
         let proxy = create(api, "p", echo_server().await).await;
         let mut c = TcpStream::connect(proxy).await.unwrap();
         c.write_all(b"hello").await.unwrap();
@@ -415,7 +396,7 @@ async fn metrics_count_bytes_of_closed_connections_only_when_asked() {
 #[tokio::test]
 async fn a_taken_port_is_a_500_with_gos_error_text_and_a_new_listen_moves_the_proxy() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let echo = echo_server().await;
         let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = taken.local_addr().unwrap().port();
@@ -441,7 +422,7 @@ async fn a_taken_port_is_a_500_with_gos_error_text_and_a_new_listen_moves_the_pr
 #[tokio::test]
 async fn http_proxies_and_scoped_faults_come_through_the_api() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let (backend, _) = common::http_backend("fine").await;
         let body = format!(
             r#"{{"name":"web","listen":"127.0.0.1:0","upstream":"{backend}","mode":"http"}}"#
@@ -483,7 +464,7 @@ async fn http_proxies_and_scoped_faults_come_through_the_api() {
 #[tokio::test]
 async fn drains_and_stats_come_through_the_api() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let proxy = create(api, "p", echo_server().await).await;
         assert!(rtt(proxy).await < Duration::from_millis(100));
         let bad = call(api, "POST", "/proxies/p/drain", r#"{"mode":"deadline"}"#).await;
@@ -520,7 +501,7 @@ async fn drains_and_stats_come_through_the_api() {
 #[tokio::test]
 async fn an_api_proxy_can_have_a_probe_listener() {
     within(10, async {
-        let api = spawn_api(None).await;
+        let api = spawn_api(api::Settings::default(), None).await;
         let echo = echo_server().await;
         let body = format!(r#"{{"name":"p","listen":"127.0.0.1:0","probe_listen":"127.0.0.1:0","upstream":"{echo}"}}"#);
         let created = json(&call(api, "POST", "/proxies", &body).await);

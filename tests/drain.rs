@@ -12,10 +12,8 @@ use std::{
 
 use common::{Seen, echo_server, http_backend, refused, within};
 use snag::{
-    proxy::{
-        self, Mode, Options, Proxy,
-        drain::{Drain, DrainMode, NewConns},
-    },
+    fault::drain::{Drain, DrainMode, NewConns},
+    proxy::{self, Mode, Options, Proxy},
     shutdown::Shutdown,
 };
 use tokio::{

@@ -229,11 +229,7 @@ async fn http_delay_holds_the_head_or_the_body() {
 #[tokio::test]
 async fn a_dead_upstream_is_a_502_and_malformed_requests_a_400() {
     within(10, async {
-        let dead = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let (dead, _held) = common::refusing_port();
         let proxy = http_proxy(dead, &[]).await;
         let got = curl(&format!("http://{proxy}/"), &[]).await;
         assert_eq!(got.status, 502);

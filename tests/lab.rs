@@ -6,7 +6,7 @@ mod common;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
 
-use common::{http, until, within};
+use common::{http, refusing_port, until, within};
 use snag::{
     lab::{
         backend::{self, Backend},
@@ -81,12 +81,6 @@ fn by_backend(report: &Report) -> BTreeMap<String, (u64, u64)> {
         .iter()
         .map(|b| (b.name.clone(), (b.by_backend, b.by_instance)))
         .collect()
-}
-
-/// A port that refuses: bound by the OS, then closed.
-async fn closed_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    listener.local_addr().unwrap()
 }
 
 /// A server that hands each accepted connection to `each`.
@@ -318,8 +312,11 @@ async fn least_connections_starves_a_slow_backend() {
         let report = load(p).await;
         let shares = by_backend(&report);
         let slow = shares.get("c").map_or(0, |s| s.0) as f64 / report.ok as f64;
+        // Round robin gives it a third. Its share under least connections follows
+        // how fast the others answer, which a busy machine slows: a tenth is starved
+        // with room to spare.
         assert!(
-            slow < 0.05,
+            slow < 0.10,
             "slow backend got {:.1}% of {}",
             slow * 100.0,
             report.ok
@@ -398,7 +395,7 @@ async fn health_checks_remove_after_fall_and_restore_after_rise() {
 async fn passive_marking_takes_out_a_refusing_backend_and_retries_hide_it() {
     within(10, async {
         let (a, _) = start_backend("a", |_| {}).await;
-        let dead = closed_port().await;
+        let (dead, _held) = refusing_port();
         let mut cfg = config(&[("a", a, 1), ("dead", dead, 1)], Strategy::Rr);
         cfg.max_fails = 1;
         cfg.retries = 1;
@@ -431,7 +428,8 @@ async fn open_loop_sends_what_it_offers() {
         p.duration = Duration::from_secs(3);
         let report = load(p).await;
         assert_eq!(report.offered, Some(2000));
-        assert!(report.sent.abs_diff(2000) <= 20, "sent {}", report.sent);
+        // Every request offered, the last one of the window too.
+        assert_eq!(report.sent, 2000);
         assert_eq!(report.ok, report.sent);
         let second: Vec<u64> = report.rows.iter().map(|r| r.sent).collect();
         assert!(second[1].abs_diff(1000) <= 10, "{second:?}");
@@ -456,7 +454,8 @@ async fn load_classifies_every_error_kind() {
             );
             assert_eq!(report.generator_errors, 0);
         };
-        expect(&kinds(closed_port().await, |_| {}).await, Kind::Refused);
+        let (refusing, _held) = refusing_port();
+        expect(&kinds(refusing, |_| {}).await, Kind::Refused);
 
         let (slow, _) = start_backend("s", |c| c.delay = Duration::from_millis(500)).await;
         let report = kinds(slow, |p| p.deadline = Some(Duration::from_millis(50))).await;
@@ -692,6 +691,42 @@ async fn load_speaks_http2_when_asked() {
         let report = load(p).await;
         assert_eq!(report.ok, 0, "{report:?}");
         assert_eq!(report.errors, 3);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_count_ends_the_run_when_it_is_reached() {
+    within(30, async {
+        let (addr, _) = start_backend("a", |_| {}).await;
+        // Through the CLI: `-n` once waited out the default 10 s window after its
+        // 200 requests, printing empty rows.
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_snag"))
+            .args([
+                "load",
+                &format!("http://{addr}/"),
+                "-n",
+                "200",
+                "-c",
+                "4",
+                "--json",
+            ])
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["sent"], 200, "{report}");
+        assert_eq!(report["ok"], 200, "{report}");
+        let seconds = report["rows"].as_array().unwrap().len();
+        assert!(
+            seconds < 10,
+            "{seconds} rows for 200 requests on loopback: {report}"
+        );
     })
     .await;
 }

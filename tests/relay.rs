@@ -93,12 +93,7 @@ async fn server_half_close_leaves_the_client_direction_open() {
 #[tokio::test]
 async fn refused_upstream_resets_the_client_or_closes_it() {
     within(10, async {
-        // A port with nothing behind it: bind, note it, close.
-        let dead = TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let (dead, _held) = common::refusing_port();
         let (proxy, _) = spawn_proxy(dead, &[]).await;
         let mut client = TcpStream::connect(proxy).await.unwrap();
         let err = client.read(&mut [0; 8]).await.unwrap_err();

@@ -449,12 +449,7 @@ async fn out_of_descriptors_snag_backs_off_keeps_serving_and_recovers() {
 #[tokio::test]
 async fn upstreams_that_refuse_hang_or_die_are_seen_by_clients_and_counted() {
     within(30, async {
-        // Refusing: a port with nothing behind it.
-        let dead = TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let (dead, _held) = common::refusing_port();
         let (proxy_addr, proxy) = spawn_proxy(dead, &[]).await;
         let mut client = TcpStream::connect(proxy_addr).await.unwrap();
         let err = read_end(&mut client, 5).await.unwrap_err();
@@ -726,24 +721,6 @@ async fn every_byte_crosses_random_chains_of_byte_preserving_faults_both_ways() 
     );
 }
 
-/// The control API on a loopback port with `settings`.
-async fn spawn_api(settings: snag::api::Settings) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let api = snag::api::Api::new(
-        1,
-        Options::default(),
-        settings,
-        snag::shutdown::Shutdown::never(),
-    );
-    tokio::spawn(snag::api::serve(
-        listener,
-        api,
-        snag::shutdown::Shutdown::never(),
-    ));
-    addr
-}
-
 /// Writes `request` and reads whatever comes back until the API closes, at most `secs`.
 async fn raw(api: SocketAddr, request: &[u8], secs: u64) -> String {
     let mut stream = TcpStream::connect(api).await.unwrap();
@@ -755,10 +732,13 @@ async fn raw(api: SocketAddr, request: &[u8], secs: u64) -> String {
 
 #[tokio::test]
 async fn the_api_cuts_off_slow_and_oversized_requests() {
-    let api = spawn_api(snag::api::Settings {
-        header_timeout: Duration::from_millis(300),
-        ..snag::api::Settings::default()
-    })
+    let api = common::spawn_api(
+        snag::api::Settings {
+            header_timeout: Duration::from_millis(300),
+            ..snag::api::Settings::default()
+        },
+        None,
+    )
     .await;
     // Headers that never end (slowloris): the connection is closed, not held.
     let started = Instant::now();
@@ -812,10 +792,13 @@ async fn files_named_through_the_api_stay_in_the_files_directory() {
     std::fs::create_dir_all(&outside).unwrap();
     std::os::unix::fs::symlink(&outside, files.join("link")).unwrap();
     std::os::unix::fs::symlink(outside.join("target.pcapng"), files.join("trap.pcapng")).unwrap();
-    let api = spawn_api(snag::api::Settings {
-        files: Some(files.clone()),
-        ..snag::api::Settings::default()
-    })
+    let api = common::spawn_api(
+        snag::api::Settings {
+            files: Some(files.clone()),
+            ..snag::api::Settings::default()
+        },
+        None,
+    )
     .await;
     let echo_addr = echo_server().await;
     let create = |name: &str, field: &str, file: &str| {

@@ -176,3 +176,75 @@ async fn ctl_creates_lists_toggles_and_changes_faults() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn toxiproxy_server_flags_work_after_snag_serve_too() {
+    within(20, async {
+        // `-host` once read as `-h`: help on stdout and exit 0, serving nothing.
+        let (_child, api) =
+            start_api(&snag(), &["serve", "-host", "127.0.0.1", "-port", "0"]).await;
+        let reply = http(api, "GET", "/version", "", &[]).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn ctl_sends_every_field_of_a_fault_and_drives_what_the_api_has() {
+    within(30, async {
+        let (_child, api) = start_api(
+            &snag(),
+            &["serve", "--listen", "127.0.0.1:0", "--seed", "1"],
+        )
+        .await;
+        let echo = echo_server().await.to_string();
+        let (ok, out, err) = ctl(
+            api,
+            &[
+                "create",
+                "b",
+                "--upstream",
+                &echo,
+                "--mode",
+                "http",
+                "--probe-listen",
+                "127.0.0.1:0",
+            ],
+        );
+        assert!(
+            ok && out.contains("mode http") && out.contains("probes on 127.0.0.1:"),
+            "{out}{err}"
+        );
+
+        // Once accepted with its scope dropped, so the fault hit b's data path.
+        let (ok, out, err) = ctl(api, &["add", "b", "drop_request:scope=probe,toxicity=0.3"]);
+        assert!(ok && out.contains("scope probe"), "{out}{err}");
+        let reply = http(
+            api,
+            "GET",
+            "/proxies/b/toxics/drop_request_downstream",
+            "",
+            &[],
+        )
+        .await;
+        let toxic: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(toxic["scope"], "probe", "{toxic}");
+        assert!(
+            (toxic["toxicity"].as_f64().unwrap() - 0.3).abs() < 1e-6,
+            "{toxic}"
+        );
+
+        let (ok, out, err) = ctl(api, &["drain", "b", "deadline:timeout=5000,new=ignore"]);
+        assert!(ok && out.contains("deadline 5000 ms"), "{out}{err}");
+        let (ok, out, err) = ctl(api, &["stats", "b"]);
+        assert!(
+            ok && out.lines().any(|l| l.starts_with("connections ")),
+            "{out}{err}"
+        );
+        let (ok, out, err) = ctl(api, &["undrain", "b"]);
+        assert!(ok && out.contains("accepting again"), "{out}{err}");
+        let (ok, _, err) = ctl(api, &["drain", "b", "deadline"]);
+        assert!(!ok && err.contains("timeout > 0"), "{err}");
+    })
+    .await;
+}

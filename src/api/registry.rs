@@ -26,11 +26,10 @@ use crate::{
 struct Entry {
     /// As given until the proxy first listens, then the address it is bound to.
     listen: String,
-    upstream: String,
     enabled: bool,
     /// Like `listen`, for the probe listener, if the proxy has one.
     probe_listen: Option<String>,
-    options: Options,
+    /// Never replaced: a timeline or a client holding it acts on the live proxy.
     proxy: Arc<Proxy>,
     /// Each toxic's `stream` as the client wrote it (Toxiproxy echoes "UPSTREAM").
     streams: BTreeMap<String, String>,
@@ -231,6 +230,11 @@ impl Registry {
         let mut files = OwnFiles::default();
         match &input.capture {
             Some(CaptureInput::Shared(false)) => options.capture = None,
+            Some(CaptureInput::Shared(true)) if options.capture.is_none() => {
+                return Err(Error::Invalid(
+                    "capture: true, but this server captures nothing (snag serve --capture FILE); name a file of the proxy's own instead".into(),
+                ));
+            }
             Some(CaptureInput::File(name)) => {
                 let path = self.confined(name)?;
                 let settings = crate::capture::Settings {
@@ -259,10 +263,8 @@ impl Registry {
         let proxy = self.new_proxy(&name, &upstream, &options, Vec::new())?;
         let mut entry = Entry {
             listen: input.listen.unwrap_or_default(),
-            upstream,
             enabled: false,
             probe_listen: input.probe_listen,
-            options,
             proxy,
             streams: BTreeMap::new(),
             running: None,
@@ -295,20 +297,25 @@ impl Registry {
         entry: &mut Entry,
         input: ProxyInput,
     ) -> Result<(), Error> {
+        if let Some(field) = fixed_field_changed(entry, &input) {
+            return Err(Error::Invalid(format!(
+                "proxy `{name}`: `{field}` is set when a proxy is created and cannot change; delete it and create it again"
+            )));
+        }
         let listen = input.listen.filter(|l| *l != entry.listen);
         let upstream = input
             .upstream
-            .filter(|u| *u != entry.upstream && !u.is_empty());
+            .filter(|u| **u != *entry.proxy.upstream() && !u.is_empty());
         let enabled = input.enabled.unwrap_or(entry.enabled);
         if listen.is_some() || upstream.is_some() {
+            // As Toxiproxy does: the listener restarts and open connections drop. The
+            // proxy itself stays, with its faults, counters and timeline.
             stop(entry).await;
             if let Some(listen) = listen {
                 entry.listen = listen;
             }
             if let Some(upstream) = upstream {
-                entry.upstream = upstream;
-                entry.proxy =
-                    self.new_proxy(name, &entry.upstream, &entry.options, entry.proxy.faults())?;
+                entry.proxy.set_upstream(&upstream);
             }
         }
         match (enabled, entry.running.is_some()) {
@@ -393,7 +400,7 @@ impl Registry {
                     (Ok(new), Ok(old)) => new.port() != 0 && new == old,
                     _ => false,
                 };
-                if same_listen && entry.upstream == upstream {
+                if same_listen && *entry.proxy.upstream() == *upstream {
                     done.push(view(&name, entry));
                     continue;
                 }
@@ -557,7 +564,7 @@ impl Registry {
                             "{family}{{direction=\"{direction}\",listener=\"{}\",proxy=\"{}\",upstream=\"{}\"}} {n}",
                             label(&entry.listen),
                             label(name),
-                            label(&entry.upstream)
+                            label(&entry.proxy.upstream())
                         );
                     }
                 }
@@ -656,6 +663,53 @@ impl Registry {
     }
 }
 
+/// The first of snag's own fields that `input` would change on an existing proxy:
+/// they shape how the proxy was built, so an update that names a different value is
+/// refused rather than answered 200 and ignored.
+fn fixed_field_changed(entry: &Entry, input: &ProxyInput) -> Option<&'static str> {
+    let options = entry.proxy.options();
+    if input.mode.is_some_and(|m| m != options.mode) {
+        return Some("mode");
+    }
+    if input.probe.as_ref().is_some_and(|p| *p != options.probe) {
+        return Some("probe");
+    }
+    if input
+        .probe_listen
+        .as_ref()
+        .is_some_and(|p| Some(p) != entry.probe_listen.as_ref())
+    {
+        return Some("probe_listen");
+    }
+    if let Some(headers) = &input.id_headers {
+        let lower: Vec<String> = headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+        if lower != options.id_headers {
+            return Some("id_headers");
+        }
+    }
+    if input.instance.is_some() && input.instance != options.instance {
+        return Some("instance");
+    }
+    let own_capture = entry.files.capture.as_ref().map(|(n, _)| n.as_str());
+    let capture_same = match &input.capture {
+        None => true,
+        Some(CaptureInput::File(name)) => own_capture == Some(name.as_str()),
+        Some(CaptureInput::Shared(on)) => own_capture.is_none() && *on == options.capture.is_some(),
+    };
+    if !capture_same {
+        return Some("capture");
+    }
+    let own_events = entry.files.events.as_ref().map(|(n, _)| n.as_str());
+    if input
+        .events
+        .as_deref()
+        .is_some_and(|e| Some(e) != own_events)
+    {
+        return Some("events");
+    }
+    None
+}
+
 /// A Prometheus label value: backslash, quote and newline escaped.
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -676,13 +730,13 @@ fn view(name: &str, entry: &Entry) -> ProxyView {
     ProxyView {
         name: name.to_string(),
         listen: entry.listen.clone(),
-        upstream: entry.upstream.clone(),
+        upstream: entry.proxy.upstream().to_string(),
         enabled: entry.enabled,
         logger: Map::new(),
         toxics: toxics(entry),
-        mode: (entry.options.mode == crate::fault::Mode::Http).then_some("http"),
+        mode: (entry.proxy.options().mode == crate::fault::Mode::Http).then_some("http"),
         probe_listen: entry.probe_listen.clone(),
-        capture: entry.options.capture.is_some(),
+        capture: entry.proxy.options().capture.is_some(),
         capture_file: entry.files.capture.as_ref().map(|(n, _)| n.clone()),
         events_file: entry.files.events.as_ref().map(|(n, _)| n.clone()),
     }

@@ -80,6 +80,8 @@ pub struct Bench {
     product: Product,
     samples: Arc<Mutex<Vec<Sample>>>,
     parts_s: f64,
+    /// CPU times when the case began, to tell what other programs took.
+    host: Option<crate::host::Mark>,
 }
 
 /// A balancer started again by [`Bench::kill_and_restart`].
@@ -183,6 +185,7 @@ impl Bench {
                 elapsed_s: 0.0,
                 seed,
                 balancer_under_test: product.name().into(),
+                host: None,
             },
             shutdown,
             parts: Vec::new(),
@@ -191,6 +194,7 @@ impl Bench {
             product,
             samples: Arc::default(),
             parts_s: 0.0,
+            host: crate::host::Mark::now(),
         }
     }
 
@@ -375,7 +379,7 @@ impl Bench {
         }
         let options = Options::default();
         self.parts_s = self.now_s();
-        let running = crate::start(&scenario, self.seed, &options, &self.shutdown)?;
+        let running = crate::proxy::start(&scenario, self.seed, &options, &self.shutdown)?;
         for ((name, backend_addr, backend), r) in backends.into_iter().zip(running) {
             self.parts.push(Part {
                 name,
@@ -803,6 +807,9 @@ impl Bench {
             ));
         }
         self.report.elapsed_s = self.now_s();
+        if let (Some(start), Some(end)) = (self.host, crate::host::Mark::now()) {
+            self.report.host = Some(start.until(&end));
+        }
         self.report.decide();
         self.shutdown.trigger();
         self.report

@@ -65,7 +65,9 @@ async fn phases(
             c.strategy = strategy;
             c.health = Some(HealthCheck {
                 interval: std::time::Duration::from_millis(200),
-                timeout: std::time::Duration::from_millis(200),
+                // Backends go down here by refusing connections, which a check sees at
+                // once; a short timeout would only add flaps when the machine is busy.
+                timeout: std::time::Duration::from_millis(1000),
                 rise: 1,
                 fall: 1,
                 path: "/health".into(),

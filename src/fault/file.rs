@@ -9,19 +9,18 @@ use std::{collections::HashSet, net::SocketAddr, path::Path, time::Duration};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Direction, Fault, Kind, Mode, ProbeRules};
-use crate::proxy::drain::Drain;
+use super::{Direction, Fault, Kind, Mode, ProbeRules, drain::Drain};
 
 /// A fault file that could not be used: where, and why.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {why}")]
     Read {
         /// The file.
         path: String,
-        /// What the OS said.
-        source: std::io::Error,
+        /// What the OS said (in the message, so not also a source to print twice).
+        why: std::io::Error,
     },
     /// Syntax or validation error at a place in the file.
     #[error("{path}:{line}:{col}: {why}")]
@@ -156,9 +155,9 @@ struct ChangeDef {
 
 /// Reads and validates the fault file at `path`.
 pub fn load(path: &Path) -> Result<Scenario, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+    let text = std::fs::read_to_string(path).map_err(|why| Error::Read {
         path: path.display().to_string(),
-        source,
+        why,
     })?;
     parse(&path.display().to_string(), &text)
 }
@@ -178,6 +177,13 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
     };
     let def: FileDef = toml::from_str(text)
         .map_err(|e| at(e.span().unwrap_or(0..0), e.message().trim().to_string()))?;
+    if def.proxy.is_empty() {
+        // Running nothing and exiting 0 would look like a run that went well.
+        return Err(at(
+            0..0,
+            "no [[proxy]]: a fault file describes at least one proxy (faults/README.md)".into(),
+        ));
+    }
     let mut names = HashSet::new();
     let mut proxies = Vec::new();
     for proxy in def.proxy {

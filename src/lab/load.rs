@@ -13,7 +13,6 @@
 //! exhausted, too many requests in flight) is counted apart, never as the service's.
 
 mod plan;
-mod show;
 mod tally;
 
 use std::{
@@ -35,7 +34,6 @@ use tokio::{net::TcpStream, sync::Notify, time::Instant};
 use self::tally::{Outcome, Tally};
 pub use self::{
     plan::{Arrivals, Plan, Sessions, Shape, Target},
-    show::main,
     tally::{Kind, Report, Row},
 };
 use crate::shutdown::Shutdown;
@@ -193,6 +191,7 @@ async fn arrivals(run: Arc<Run>) {
                             && quota.is_none_or(|q| sent < q)
                         {
                             let Some(seq) = run.next() else { break };
+                            run.inflight.fetch_add(1, Relaxed);
                             transaction(&run, &mut slot, Instant::now(), seq, session).await;
                             sent += 1;
                         }
@@ -245,6 +244,9 @@ fn open_request(run: &Arc<Run>, intended: Instant, seq: u64) {
         tally.outcome(s, intended, Outcome::failed(Kind::Overload), None);
         return;
     }
+    // Counted before the task runs: the last request of a window is otherwise not
+    // yet in flight when the traffic task ends, and the run would end without it.
+    run.inflight.fetch_add(1, Relaxed);
     let run = run.clone();
     tokio::spawn(async move {
         let mut slot = run
@@ -263,7 +265,8 @@ fn open_request(run: &Arc<Run>, intended: Instant, seq: u64) {
     });
 }
 
-/// One transaction: the request and its retries, recorded.
+/// One transaction: the request and its retries, recorded. The caller has counted
+/// it in flight; it counts itself out.
 async fn transaction(
     run: &Run,
     slot: &mut Option<Conn>,
@@ -271,7 +274,6 @@ async fn transaction(
     seq: u64,
     session: Option<u64>,
 ) {
-    run.inflight.fetch_add(1, Relaxed);
     let plan = &run.plan;
     let mut attempt = 0;
     loop {

@@ -15,13 +15,12 @@ use tokio::{
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{
-    Mode, Proxy,
-    drain::{Drain, NewConns},
-    handle, socket,
-};
+use super::{Mode, Proxy, handle, socket};
 use crate::{
-    fault::{Fault, Kind, Scope},
+    fault::{
+        Fault, Kind, Scope,
+        drain::{Drain, NewConns},
+    },
     shutdown::Shutdown,
 };
 
@@ -49,8 +48,8 @@ pub(super) async fn serve(
     let mut retry_at: Option<tokio::time::Instant> = None;
     let what = format!("{} {addr}", proxy.name);
     let tracker = TaskTracker::new();
-    let http = (proxy.options.mode == Mode::Http).then(|| crate::http::upstream(&proxy));
-    info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream, "listening");
+    let http = (proxy.options.mode == Mode::Http).then(|| super::http::upstream(&proxy));
+    info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream(), "listening");
     loop {
         let fault_state = fault_state(&faults.borrow_and_update(), class);
         let state = match *drains.borrow_and_update() {
@@ -116,7 +115,7 @@ pub(super) async fn serve(
                             Some(upstream) => {
                                 let (proxy, faults, upstream) = (proxy.clone(), faults.clone(), upstream.clone());
                                 tracker.spawn(async move {
-                                    crate::http::handle(stream, proxy.clone(), faults, control, upstream, class, conn).await;
+                                    super::http::handle(stream, proxy.clone(), faults, control, upstream, class, conn).await;
                                     proxy.unregister(conn);
                                 }.instrument(span));
                             }

@@ -1,7 +1,12 @@
 //! Socket options the relay needs that tokio does not offer: listeners that rebind
 //! their port at once, a resizable accept backlog, and resets (SO_LINGER 0).
 
-use std::{io, net::SocketAddr, time::Duration};
+use std::{
+    io,
+    net::SocketAddr,
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
 
 use socket2::{Domain, SockRef, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
@@ -37,9 +42,27 @@ pub fn reset_on_close(stream: &TcpStream) {
 /// and the code that must reach it from elsewhere (a fault's RST, a half-close):
 /// one descriptor, where duplicating it would cost a second per connection.
 #[derive(Debug, Clone)]
-pub struct Shared(pub std::sync::Arc<TcpStream>);
+pub struct Shared(std::sync::Arc<TcpStream>, std::sync::Arc<AtomicU64>);
 
 impl Shared {
+    /// Shares `stream`.
+    pub fn new(stream: TcpStream) -> Shared {
+        Shared(std::sync::Arc::new(stream), Default::default())
+    }
+
+    /// Bytes written through it so far: lets a cut wait until what went before it
+    /// has left (an HTTP/2 stream reset drops the stream's frames not yet written).
+    pub fn written(&self) -> u64 {
+        self.1.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, done: io::Result<usize>) -> io::Result<usize> {
+        if let Ok(n) = &done {
+            self.1.fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        done
+    }
+
     /// Makes the socket's close send RST instead of FIN, dropping unsent data.
     pub fn reset_on_close(&self) {
         reset_on_close(&self.0);
@@ -80,7 +103,7 @@ impl tokio::io::AsyncWrite for Shared {
             std::task::ready!(self.0.poll_write_ready(cx))?;
             match self.0.try_write(data) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                done => return std::task::Poll::Ready(done),
+                done => return std::task::Poll::Ready(self.count(done)),
             }
         }
     }
@@ -94,7 +117,7 @@ impl tokio::io::AsyncWrite for Shared {
             std::task::ready!(self.0.poll_write_ready(cx))?;
             match self.0.try_write_vectored(data) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                done => return std::task::Poll::Ready(done),
+                done => return std::task::Poll::Ready(self.count(done)),
             }
         }
     }

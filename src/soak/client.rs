@@ -231,7 +231,12 @@ impl Client {
                     Tally::add(&self.tally().ended, 1);
                     break End::Again;
                 }
-                _ if self.clean => {
+                failed if self.clean => {
+                    let why = match failed {
+                        Ok(Err(err)) => format!("{err:?}"),
+                        _ => "no answer within 30 s".into(),
+                    };
+                    tracing::warn!(%why, "soak: a clean request failed");
                     Tally::add(&self.tally().failed, 1);
                     break End::Again;
                 }

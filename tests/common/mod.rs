@@ -4,6 +4,7 @@
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use snag::{
+    api,
     fault::Fault,
     proxy::{self, Options, Proxy},
     shutdown::Shutdown,
@@ -16,6 +17,42 @@ pub async fn echo_server() -> SocketAddr {
     let addr = listener.local_addr().unwrap(); // ready now: bound before the task runs
     tokio::spawn(snag::lab::backend::echo(listener, Shutdown::never()));
     addr
+}
+
+/// A loopback port that refuses connections, held for as long as the returned
+/// socket lives: bound but never listening, so the kernel answers a SYN with RST,
+/// and no other test can take the port meanwhile (a port bound and dropped can).
+pub fn refusing_port() -> (SocketAddr, socket2::Socket) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    (addr, socket)
+}
+
+/// The control API in this process on a loopback port, seed 1, with `settings`; the
+/// fault file `scenario` (its text) loaded into it first if given.
+pub async fn spawn_api(settings: api::Settings, scenario: Option<&str>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let api = api::Api::new(1, Options::default(), settings, Shutdown::never());
+    if let Some(text) = scenario {
+        let scenario = snag::fault::file::parse("test.toml", text).unwrap();
+        api.load(&scenario, &Shutdown::never()).await.unwrap();
+    }
+    tokio::spawn(api::serve(listener, api, Shutdown::never()));
+    addr
+}
+
+/// One API request on a fresh connection.
+pub async fn call(api: SocketAddr, method: &str, path: &str, body: &str) -> HttpReply {
+    http(api, method, path, body, &[]).await
+}
+
+/// An answer's body as JSON.
+pub fn json(reply: &HttpReply) -> serde_json::Value {
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {:?}", reply.body))
 }
 
 /// A proxy to `upstream` with `faults` (inline specs), seeded with `seed`.

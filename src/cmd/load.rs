@@ -2,18 +2,22 @@
 
 use bytes::Bytes;
 
-use super::{Arrivals, Kind, Plan, Report, Row, Sessions, Shape, Target};
-use crate::{UsageError, cli::LoadArgs, shutdown::Shutdown};
+use crate::{
+    UsageError,
+    cli::LoadArgs,
+    lab::load::{self as lab, Arrivals, Kind, Plan, Report, Row, Sessions, Shape, Target},
+    shutdown::Shutdown,
+};
 
 /// Runs `snag load` until its plan is done or `shutdown`.
-pub async fn main(args: LoadArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(args: LoadArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let json = args.json;
     let plan = plan(args).await?;
     if !json {
         say!("{}", describe(&plan));
         say!("{}", Row::header());
     }
-    let report = super::run(plan, shutdown, |row| {
+    let report = lab::run(plan, shutdown, |row| {
         if !json {
             say!("{}", row.line());
         }
@@ -86,7 +90,12 @@ async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {
     plan.http2 = args.http2;
     plan.expect_body = args.expect_body;
     plan.stats_url = stats_url;
-    plan.watch = args.watch.unwrap_or(args.duration);
+    // A count ends the run when it is reached; without one the window does.
+    plan.watch = args.watch.unwrap_or(if plan.total().is_some() {
+        std::time::Duration::ZERO
+    } else {
+        args.duration
+    });
     plan.max_inflight = args.max_inflight;
     plan.seed = seed;
     Ok(plan)

@@ -87,6 +87,17 @@ impl FromStr for DrainAt {
             ),
             None => (spec, Duration::ZERO),
         };
+        Ok(DrainAt {
+            drain: spec.parse()?,
+            at,
+        })
+    }
+}
+
+/// `MODE[:key=value,...]`, as `snag ctl drain` takes it: e.g. `deadline:timeout=2000`.
+impl FromStr for Drain {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Drain, String> {
         let (mode, rest) = spec.split_once(':').unwrap_or((spec, ""));
         let mode = match mode {
             "graceful" => DrainMode::Graceful,
@@ -128,7 +139,7 @@ impl FromStr for DrainAt {
             }
         }
         drain.validate()?;
-        Ok(DrainAt { drain, at })
+        Ok(drain)
     }
 }
 

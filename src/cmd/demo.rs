@@ -61,7 +61,7 @@ pub async fn run(args: DemoArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     bounds.push(end);
     let labels = phase_labels(spec, &bounds);
 
-    let running = crate::start(&scenario, seed, &Options::default(), &stop)?;
+    let running = crate::proxy::start(&scenario, seed, &Options::default(), &stop)?;
     let target = running[0].addr;
     say!(
         "snag demo: echo backend {} ← proxy {target} ({}), seed {seed}",

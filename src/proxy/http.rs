@@ -22,16 +22,16 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
-use rand::RngExt;
 use tokio::{net::TcpStream, sync::mpsc};
 use tracing::debug;
 
-use self::body::{Cut, Faulted, Plan};
+use self::body::Faulted;
 use crate::{
     capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tap::Tapped, tcp::Peer},
+    events::Class,
     fault::{
         Fault, Kind, Scope,
-        http::{BadBodyMode, DelayAt, HttpStatus},
+        http::{Exchange, Reply},
     },
     proxy::{
         Proxy,
@@ -133,6 +133,8 @@ impl tower_service::Service<Uri> for Connector {
 /// What one client connection's exchanges share.
 struct Conn {
     proxy: Arc<Proxy>,
+    /// The proxy's name, shared by every exchange's hooks.
+    name: Arc<str>,
     faults: Faults,
     upstream: Upstream,
     /// The client socket hyper serves: setting SO_LINGER 0 through it turns the
@@ -181,7 +183,7 @@ pub async fn handle(
 ) {
     let _ = stream.set_nodelay(true);
     let ends = (stream.peer_addr(), stream.local_addr());
-    let stream = socket::Shared(Arc::new(stream));
+    let stream = socket::Shared::new(stream);
     let socket = stream.clone();
     let watched = faults.clone();
     let watched_proxy = proxy.clone();
@@ -208,6 +210,7 @@ pub async fn handle(
         _ => Tapped::plain(stream),
     };
     let conn = Arc::new(Conn {
+        name: Arc::from(proxy.name.as_str()),
         proxy,
         faults,
         upstream,
@@ -322,7 +325,12 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
         .collect();
     debug!(number, class = class.as_str(), path = %req.uri().path(), faults = faults.len(), "request");
     let counters = proxy.counters();
-    counters.request(class, proxy.draining().is_some());
+    let counted = if class == Scope::Probe {
+        Class::Probe
+    } else {
+        Class::Data
+    };
+    counters.request(counted, proxy.draining().is_some());
     for name in &proxy.options().id_headers {
         if let Some(id) = req
             .headers()
@@ -343,7 +351,8 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
         arrived: tokio::time::Instant::now(),
         status: 0,
     });
-    let reply = respond(req, conn, number, &faults).await;
+    let cx = Exchange::new(proxy.seed(), conn.name.clone(), number, class);
+    let reply = respond(req, conn, cx, faults).await;
     let status = reply.as_ref().map_or(0, |r| r.status().as_u16());
     if status > 0 {
         counters.response(status);
@@ -383,39 +392,48 @@ impl Drop for ProbeRecord {
     }
 }
 
+/// Forwards `req` through the hooks of `faults` (those that apply to it, in order):
+/// the request hooks may answer in the backend's place, the response hooks change
+/// the head, and the body hooks act frame by frame in [`Faulted`].
 async fn respond(
     req: Request<Incoming>,
     conn: &Conn,
-    number: u64,
-    faults: &[Arc<Fault>],
+    mut cx: Exchange,
+    faults: Vec<Arc<Fault>>,
 ) -> Result<Response<ReplyBody>, Failure> {
     let proxy = &conn.proxy;
-    let requests = format!("{}/requests", proxy.name);
-
-    for fault in faults {
-        match &fault.kind {
-            Kind::HttpStatus(h) => return Ok(status_reply(h)),
-            Kind::DropRequest(d) => {
-                drop(req);
-                if d.timeout == 0 {
-                    std::future::pending::<()>().await;
-                }
-                tokio::time::sleep(Duration::from_millis(d.timeout)).await;
+    let (head, body) = req.into_parts();
+    for fault in &faults {
+        let Some(hooks) = fault.kind.http() else {
+            continue;
+        };
+        match hooks.request(&head, &mut cx) {
+            None => {}
+            Some(Reply::Answer(answer)) => return Ok(answer.map(full)),
+            Some(Reply::Drop(after)) => {
+                drop(body);
+                let Some(after) = after else {
+                    // The client gives up first: it drops this future.
+                    return std::future::pending().await;
+                };
+                tokio::time::sleep(after).await;
                 conn.record_reset(&fault.name);
                 conn.socket.reset_on_close();
                 proxy.counters().fault_reset();
                 proxy.event("fault_reset", serde_json::json!({ "fault": fault.name }));
                 return Err(Failure::Fault(format!(
-                    "drop_request `{}`: reset after {} ms",
-                    fault.name, d.timeout
+                    "{} `{}`: reset after {} ms",
+                    hooks.type_name(),
+                    fault.name,
+                    after.as_millis()
                 )));
             }
-            _ => {}
         }
     }
-
+    let req = Request::from_parts(head, body);
     let h2 = req.version() == Version::HTTP_2;
-    let outbound = match outbound(req, &proxy.upstream) {
+    let upstream = proxy.upstream();
+    let outbound = match outbound(req, &upstream) {
         Ok(r) => r,
         Err(e) => return Ok(plain(StatusCode::BAD_REQUEST, format!("snag: {e}\n"))),
     };
@@ -429,7 +447,7 @@ async fn respond(
             proxy.counters().upstream_error();
             return Ok(plain(
                 StatusCode::BAD_GATEWAY,
-                format!("snag: upstream {}: {why}\n", proxy.upstream),
+                format!("snag: upstream {upstream}: {why}\n"),
             ));
         }
     };
@@ -444,57 +462,22 @@ async fn respond(
         let expected = proxy.options().instance.as_deref().unwrap_or(&proxy.name);
         proxy.counters().instance(instance, expected);
     }
-    let mut plan = Plan::default();
-    for fault in faults {
-        match &fault.kind {
-            Kind::HttpDelay(d) => {
-                let delay = Duration::from_millis(d.delay);
-                match d.at {
-                    DelayAt::Headers => tokio::time::sleep(delay).await,
-                    DelayAt::Body => plan.first += delay,
-                    DelayAt::Chunk => plan.each += delay,
-                }
-            }
-            Kind::ResetMidResponse(r) => plan.cut = Some((r.bytes, Cut::Reset)),
-            Kind::BadBody(b) => match b.mode {
-                BadBodyMode::Truncate => plan.cut = Some((b.bytes, Cut::Close)),
-                BadBodyMode::WrongLength => {
-                    // The real length is needed to promise more than it.
-                    let whole = body.collect().await?.to_bytes();
-                    let promised = whole.len() as u64 + b.bytes;
-                    parts
-                        .headers
-                        .insert(header::CONTENT_LENGTH, HeaderValue::from(promised));
-                    plan.cut = Some((whole.len() as u64, Cut::Close));
-                    body = full(whole);
-                }
-                mode => {
-                    let whole = body.collect().await?.to_bytes();
-                    let replaced = match mode {
-                        BadBodyMode::Garbage => {
-                            let mut rng = crate::seed::rng(
-                                proxy.seed(),
-                                &[requests.as_bytes(), &number.to_le_bytes(), b"garbage"],
-                            );
-                            Bytes::from(
-                                (0..whole.len())
-                                    .map(|_| rng.random::<u8>())
-                                    .collect::<Vec<u8>>(),
-                            )
-                        }
-                        BadBodyMode::Empty => Bytes::new(),
-                        _ => Bytes::from(b.text.clone()),
-                    };
-                    parts
-                        .headers
-                        .insert(header::CONTENT_LENGTH, HeaderValue::from(replaced.len()));
-                    body = full(replaced);
-                }
-            },
-            _ => {}
-        }
+    let hooks = || faults.iter().filter_map(|f| f.kind.http());
+    let whole = hooks().any(|h| h.whole_body());
+    if whole {
+        let bytes = body.collect().await?.to_bytes();
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        body = full(bytes);
     }
-    let faulted = Faulted::new(body, plan, conn, h2);
+    for hook in hooks() {
+        hook.response(&mut parts, &mut cx);
+    }
+    if !cx.hold_head.is_zero() {
+        tokio::time::sleep(cx.hold_head).await;
+    }
+    let faulted = Faulted::new(body, faults, cx, whole, conn, h2);
     Ok(Response::from_parts(parts, faulted.boxed()))
 }
 
@@ -541,20 +524,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     ] {
         headers.remove(name);
     }
-}
-
-fn status_reply(h: &HttpStatus) -> Response<ReplyBody> {
-    let mut reply = Response::new(full(Bytes::from(h.body.clone())));
-    *reply.status_mut() = StatusCode::from_u16(h.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    for (name, value) in &h.headers {
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
-        ) {
-            reply.headers_mut().insert(n, v);
-        }
-    }
-    reply
 }
 
 fn plain(status: StatusCode, text: String) -> Response<ReplyBody> {

@@ -11,7 +11,13 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
-use crate::cli::{CtlArgs, CtlCommand};
+use crate::{
+    cli::{CtlArgs, CtlCommand},
+    fault::{
+        Mode,
+        drain::{Drain, DrainMode},
+    },
+};
 
 /// Runs one `snag ctl` command and prints its result for people.
 pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
@@ -29,14 +35,37 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
             listen,
             upstream,
             disabled,
+            mode,
+            probe_listen,
+            probe_paths,
+            capture,
         } => {
-            let body = json!({ "name": name, "listen": listen, "upstream": upstream, "enabled": !disabled });
+            let mut body = json!({ "name": name, "listen": listen, "upstream": upstream, "enabled": !disabled });
+            // Toxiproxy's own fields only unless asked: its server would ignore the rest.
+            if mode != Mode::Tcp {
+                body["mode"] = json!(mode.as_str());
+            }
+            if let Some(at) = probe_listen {
+                body["probe_listen"] = json!(at);
+            }
+            if !probe_paths.is_empty() {
+                body["probe"] = json!({ "paths": probe_paths });
+            }
+            if let Some(file) = capture {
+                body["capture"] = json!(file);
+            }
             let proxy = client.call(Method::POST, "/proxies", Some(body)).await?;
             say!(
-                "created {} listening on {} → {}",
+                "created {} listening on {} → {}{}{}",
                 proxy["name"],
                 proxy["listen"],
-                proxy["upstream"]
+                proxy["upstream"],
+                proxy["mode"]
+                    .as_str()
+                    .map_or(String::new(), |m| format!(", mode {m}")),
+                proxy["probe_listen"]
+                    .as_str()
+                    .map_or(String::new(), |p| format!(", probes on {p}"))
             );
         }
         CtlCommand::Toggle { name } => {
@@ -49,21 +78,20 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
             say!("{name} {}", if enabled { "enabled" } else { "disabled" });
         }
         CtlCommand::Add { name, fault } => {
-            let body = json!({
-                "name": fault.name,
-                "type": fault.kind.type_name(),
-                "stream": fault.stream.as_str(),
-                "toxicity": fault.toxicity,
-                "attributes": fault.kind.attributes_json(),
-            });
             let toxic = client
-                .call(Method::POST, &format!("/proxies/{name}/toxics"), Some(body))
+                .call(
+                    Method::POST,
+                    &format!("/proxies/{name}/toxics"),
+                    Some(fault.to_json()),
+                )
                 .await?;
             say!(
-                "added {} to {name}: {} {} {}",
+                "added {} to {name}: {} {} scope {} toxicity {} {}",
                 toxic["name"],
                 toxic["type"],
                 toxic["stream"],
+                toxic["scope"].as_str().unwrap_or("any"),
+                toxic["toxicity"],
                 toxic["attributes"]
             );
         }
@@ -82,6 +110,25 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
                 .call(Method::DELETE, &format!("/proxies/{name}"), None)
                 .await?;
             say!("deleted {name}");
+        }
+        CtlCommand::Drain { name, drain } => {
+            let body = serde_json::to_value(drain).expect("a drain serialises");
+            client
+                .call(Method::POST, &format!("/proxies/{name}/drain"), Some(body))
+                .await?;
+            say!("{name} draining: {}", describe_drain(&drain));
+        }
+        CtlCommand::Undrain { name } => {
+            client
+                .call(Method::DELETE, &format!("/proxies/{name}/drain"), None)
+                .await?;
+            say!("{name} accepting again");
+        }
+        CtlCommand::Stats { name } => {
+            let stats = client
+                .call(Method::GET, &format!("/proxies/{name}/stats"), None)
+                .await?;
+            print_stats(&stats);
         }
         CtlCommand::Reset => {
             client.call(Method::POST, "/reset", None).await?;
@@ -205,5 +252,51 @@ fn print_table(proxies: &Value) {
     }
     if rows.is_empty() {
         say!("(no proxies)");
+    }
+}
+
+fn describe_drain(d: &Drain) -> String {
+    let new = match d.new {
+        crate::fault::drain::NewConns::Refuse => "new connections refused",
+        crate::fault::drain::NewConns::Ignore => "new connections left unanswered",
+    };
+    match d.mode {
+        DrainMode::Graceful => format!("graceful, {new}"),
+        DrainMode::Slow => format!("slow at {} KB/s, {new}", d.rate),
+        DrainMode::Deadline => format!("deadline {} ms, then reset, {new}", d.timeout),
+        DrainMode::Abrupt => format!("abrupt: everything reset, {new}"),
+    }
+}
+
+/// The stats as `key  value` lines, nested keys joined with dots, aligned.
+fn print_stats(stats: &Value) {
+    fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
+        match v {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    flatten(&key, v, out);
+                }
+            }
+            Value::Array(items) => {
+                out.push((prefix.to_string(), format!("{} entries", items.len())))
+            }
+            Value::String(s) => out.push((prefix.to_string(), s.clone())),
+            other => out.push((prefix.to_string(), other.to_string())),
+        }
+    }
+    let mut rows = Vec::new();
+    flatten("", stats, &mut rows);
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
+    for (key, value) in rows {
+        say!("{key:width$}  {value}");
     }
 }

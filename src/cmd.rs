@@ -1,0 +1,33 @@
+//! The commands: the only code that reads clap's types or prints to the terminal.
+//! Each file turns one subcommand's flags into the layers below and says what
+//! happened; [`run`] dispatches.
+
+pub mod case;
+pub mod ctl;
+pub mod demo;
+pub mod lab;
+pub mod load;
+pub mod ports;
+pub mod proxy;
+
+use crate::{
+    cli::{Cli, Command},
+    shutdown::Shutdown,
+    soak,
+};
+
+/// Runs one subcommand until it is done or `shutdown` fires.
+pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Proxy(args) => proxy::run(*args, shutdown).await,
+        Command::Demo(args) => demo::run(args, shutdown).await,
+        Command::Serve(args) => proxy::serve(args, shutdown).await,
+        Command::Ctl(args) => ctl::run(args).await,
+        Command::Ports(args) => ports::run(args, shutdown).await,
+        Command::Backend(args) => lab::backend(args, shutdown).await,
+        Command::Balancer(args) => lab::balancer(*args, shutdown).await,
+        Command::Load(args) => load::run(*args, shutdown).await,
+        Command::Case(args) => case::run(args, shutdown).await,
+        Command::Soak(args) => soak::run(args, shutdown).await,
+    }
+}

@@ -1,0 +1,82 @@
+//! `snag case`: which cases against which balancers, each report as it ends, the
+//! summary, and the report files.
+
+use anyhow::Context;
+
+use crate::{
+    UsageError,
+    case::{self, Case},
+    cli::CaseArgs,
+    report,
+    shutdown::Shutdown,
+};
+
+/// Runs `snag case`.
+pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+    let all = case::catalogue();
+    if args.name == "list" {
+        let width = all.iter().map(|c| c.name.len()).max().unwrap_or(4);
+        let source = all.iter().map(|c| c.source.len()).max().unwrap_or(6);
+        say!("{:width$}  {:source$}  property", "case", "source");
+        for c in &all {
+            say!("{:width$}  {:source$}  {}", c.name, c.source, c.property);
+        }
+        return Ok(());
+    }
+    let chosen: Vec<&Case> = if args.name == "all" {
+        all.clone()
+    } else {
+        args.name
+            .split(',')
+            .map(|name| {
+                all.iter().copied().find(|c| c.name == name).ok_or_else(|| {
+                    let names: Vec<_> = all.iter().map(|c| c.name).collect();
+                    UsageError(format!(
+                        "no case {name:?}; `snag case list` shows them: {}",
+                        names.join(", ")
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let seed = args.seed.unwrap_or_else(|| {
+        let seed = crate::seed::fresh();
+        say!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
+        seed
+    });
+    let mut reports = Vec::new();
+    for product in &args.balancer {
+        for case in &chosen {
+            if shutdown.is_triggered() {
+                break;
+            }
+            let report = case::run(case, *product, seed, args.quick, shutdown.child()).await;
+            say!("{}", report.text());
+            reports.push(report);
+        }
+    }
+    if reports.len() > 1 {
+        say!("{}", report::summary(&reports));
+    }
+    if args.balancer.len() > 1 {
+        say!("{}", report::side_by_side(&reports));
+    }
+    report::write(&args.report_dir, &reports).with_context(|| {
+        format!(
+            "could not write the report to {}",
+            args.report_dir.display()
+        )
+    })?;
+    say!(
+        "report: {} (one JSON file per case beside it)",
+        args.report_dir.join("index.html").display()
+    );
+    let failed = reports
+        .iter()
+        .filter(|r| matches!(r.verdict, report::Verdict::Fail | report::Verdict::Error))
+        .count();
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} cases did not pass", reports.len());
+    }
+    Ok(())
+}

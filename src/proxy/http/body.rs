@@ -1,0 +1,245 @@
+//! A response body on its way to the client through the body hooks of the HTTP
+//! faults that apply to it: each frame passed, rewritten, held or cut, and paced
+//! by a slow drain.
+
+use std::{
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::time::Sleep;
+
+use super::{Conn, Failure, ReplyBody};
+use crate::{
+    fault::{
+        Fault,
+        drain::{Drain, DrainMode},
+        http::{BodyStep, Exchange},
+    },
+    proxy::{Proxy, socket},
+};
+
+/// The longest an HTTP/2 cut waits for the frames before it to be written.
+const FLUSH_WAIT: Duration = Duration::from_millis(100);
+
+/// How a hook ended the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Close,
+    Reset,
+}
+
+/// The upstream's body with the hooks applied.
+///
+/// A cut happens in three polls: the last bytes go out; then one `Pending` (with a
+/// wake-up) so hyper flushes them to the socket; then the end. An HTTP/1.1 close is
+/// a FIN through the shared socket while the body stays open, so the client sees a
+/// short body and EOF; a reset sets SO_LINGER 0 and fails the body, so hyper's
+/// close is an RST. On HTTP/2 a failed body is an RST_STREAM for that stream alone.
+pub(super) struct Faulted {
+    inner: ReplyBody,
+    faults: Vec<Arc<Fault>>,
+    cx: Exchange,
+    /// `inner` is the whole body in one frame (a hook asked for it).
+    whole: bool,
+    /// The hooks have seen the end of the body.
+    ended: bool,
+    wait: Option<Pin<Box<Sleep>>>,
+    /// A frame waiting out its hold.
+    held: Option<Bytes>,
+    cut: Option<Cut>,
+    cutting: Cutting,
+    /// HTTP/2: the socket's bytes written when the last frame was handed over, and
+    /// until when to wait for them to leave before the stream is reset.
+    flushing: Option<(u64, tokio::time::Instant)>,
+    h2: bool,
+    socket: socket::Shared,
+    /// Consulted per frame: a slow drain paces responses already in flight.
+    proxy: Arc<Proxy>,
+    /// The capture, to record a reset in.
+    tap: Option<(tokio::sync::mpsc::Sender<crate::capture::Record>, u64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cutting {
+    No,
+    Flush,
+    Now,
+    Done,
+}
+
+impl Faulted {
+    pub(super) fn new(
+        inner: ReplyBody,
+        faults: Vec<Arc<Fault>>,
+        cx: Exchange,
+        whole: bool,
+        conn: &Conn,
+        h2: bool,
+    ) -> Faulted {
+        let wait = (!cx.hold_body.is_zero()).then(|| Box::pin(tokio::time::sleep(cx.hold_body)));
+        Faulted {
+            inner,
+            faults,
+            cx,
+            whole,
+            ended: false,
+            wait,
+            held: None,
+            cut: None,
+            cutting: Cutting::No,
+            flushing: None,
+            h2,
+            socket: conn.socket.clone(),
+            proxy: conn.proxy.clone(),
+            tap: conn.tap.clone(),
+        }
+    }
+
+    /// Runs the body hooks over `frame`: what goes to the client and how long it
+    /// waits first. A cut is remembered, to happen once the frame is out.
+    fn hooks(&mut self, mut frame: Bytes, end: bool) -> (Bytes, Duration) {
+        let mut hold = Duration::ZERO;
+        for fault in &self.faults {
+            let Some(hooks) = fault.kind.http() else {
+                continue;
+            };
+            match hooks.body(&mut frame, end, &mut self.cx) {
+                BodyStep::Pass => {}
+                BodyStep::Hold(d) => hold += d,
+                BodyStep::Close => {
+                    self.cut = Some(Cut::Close);
+                    break;
+                }
+                BodyStep::Reset => {
+                    self.cut = Some(Cut::Reset);
+                    break;
+                }
+            }
+        }
+        self.cx.sent += frame.len() as u64;
+        self.cx.frames += 1;
+        self.ended |= end;
+        if let Some(Drain {
+            mode: DrainMode::Slow,
+            rate,
+            ..
+        }) = self.proxy.draining()
+        {
+            hold += Duration::from_nanos(frame.len() as u64 * 1_000_000 / rate.max(1));
+        }
+        if self.cut.is_some() {
+            self.cutting = Cutting::Flush;
+        }
+        (frame, hold)
+    }
+
+    fn cut(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
+        match self.cutting {
+            Cutting::Flush => {
+                self.cutting = Cutting::Now;
+                self.flushing = self.h2.then(|| {
+                    (
+                        self.socket.written(),
+                        tokio::time::Instant::now() + FLUSH_WAIT,
+                    )
+                });
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Cutting::Now => {
+                // h2 drops a reset stream's frames still queued: the head and the
+                // last bytes would never reach the client. Wait until the socket
+                // has taken them (bounded: a client that stopped reading gets the
+                // reset regardless).
+                if let Some((mark, until)) = self.flushing
+                    && self.socket.written() <= mark
+                    && tokio::time::Instant::now() < until
+                {
+                    let mut tick = Box::pin(tokio::time::sleep(Duration::from_millis(1)));
+                    if tick.as_mut().poll(cx).is_pending() {
+                        self.wait = Some(tick);
+                    } else {
+                        cx.waker().wake_by_ref();
+                    }
+                    return Poll::Pending;
+                }
+                self.cutting = Cutting::Done;
+                if self.cut == Some(Cut::Close) && !self.h2 {
+                    self.socket.shutdown_write();
+                    // The connection ends when the client, seeing the FIN, closes.
+                    return Poll::Pending;
+                }
+                if self.cut == Some(Cut::Reset) {
+                    self.socket.reset_on_close();
+                    super::record_reset(&self.tap, "reset_mid_response");
+                    self.proxy.counters().fault_reset();
+                    self.proxy.event(
+                        "fault_reset",
+                        serde_json::json!({ "fault": "reset_mid_response" }),
+                    );
+                }
+                Poll::Ready(Some(Err(Failure::Fault("response cut by a fault".into()))))
+            }
+            Cutting::Done | Cutting::No => Poll::Pending,
+        }
+    }
+}
+
+impl Body for Faulted {
+    type Data = Bytes;
+    type Error = Failure;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
+        let this = self.get_mut();
+        loop {
+            // Order matters: a hold first, then the frame it held, then a due cut.
+            if let Some(wait) = &mut this.wait {
+                ready!(wait.as_mut().poll(cx));
+                this.wait = None;
+            }
+            if let Some(data) = this.held.take() {
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            if this.cutting != Cutting::No {
+                return this.cut(cx);
+            }
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            let (data, hold) = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => this.hooks(data, this.whole),
+                    Err(_) => return Poll::Ready(None), // trailers: not relayed
+                },
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                // The hooks see the end even of an empty body: they may fill it or cut.
+                None => this.hooks(Bytes::new(), true),
+            };
+            if !data.is_empty() {
+                // Held before it goes, not after: the last frame is paced too.
+                this.held = Some(data);
+            }
+            if !hold.is_zero() {
+                this.wait = Some(Box::pin(tokio::time::sleep(hold)));
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        // A hook may shorten, lengthen or cut it: the head's Content-Length says
+        // what the client is promised, and the frames may not keep to it.
+        if self.faults.is_empty() {
+            self.inner.size_hint()
+        } else {
+            SizeHint::default()
+        }
+    }
+}

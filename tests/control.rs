@@ -1,0 +1,122 @@
+//! The control path never accepts and ignores: what the API, `snag ctl` and fault
+//! files are given reaches the running proxy, or is refused with the reason.
+
+mod common;
+
+use std::{net::SocketAddr, time::Duration};
+
+use common::{call, echo_server, json, spawn_api, within};
+use snag::api::Settings;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+async fn echo_once(addr: SocketAddr) {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(b"ping").await.unwrap();
+    let mut back = [0; 4];
+    c.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"ping");
+}
+
+#[tokio::test]
+async fn a_timeline_step_after_an_upstream_change_acts_on_the_live_proxy() {
+    within(10, async {
+        let (first, second) = (echo_server().await, echo_server().await);
+        let api = spawn_api(
+            Settings::default(),
+            Some(&format!(
+                r#"
+            [[proxy]]
+            name = "p"
+            listen = "127.0.0.1:0"
+            upstream = "{first}"
+
+            [[proxy.timeline]]
+            at = "400ms"
+            add = {{ name = "late", type = "latency", attributes = {{ latency = 1 }} }}
+            "#
+            )),
+        )
+        .await;
+        let listen: SocketAddr = json(&call(api, "GET", "/proxies/p", "").await)["listen"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        echo_once(listen).await;
+
+        let moved = call(
+            api,
+            "POST",
+            "/proxies/p",
+            &format!(r#"{{"upstream":"{second}"}}"#),
+        )
+        .await;
+        assert_eq!(moved.status, 200, "{}", moved.body);
+        let listen: SocketAddr = json(&moved)["listen"].as_str().unwrap().parse().unwrap();
+        echo_once(listen).await;
+
+        // The timeline's step lands on the proxy the API shows, not on a replaced one.
+        let mut shown = serde_json::Value::Null;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while shown["toxics"].as_array().is_none_or(|t| t.is_empty()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the step never showed: {shown}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            shown = json(&call(api, "GET", "/proxies/p", "").await);
+        }
+        assert_eq!(shown["toxics"][0]["name"], "late");
+        assert_eq!(shown["upstream"], second.to_string());
+        // Its counters carried on across the change: both connections are counted.
+        let stats = json(&call(api, "GET", "/proxies/p/stats", "").await);
+        assert_eq!(stats["connections"], 2, "{stats}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn fields_fixed_at_creation_are_refused_on_update_not_ignored() {
+    within(10, async {
+        let api = spawn_api(Settings::default(), None).await;
+        let echo = echo_server().await;
+        let body = format!(r#"{{"name":"b","listen":"127.0.0.1:0","upstream":"{echo}"}}"#);
+        assert_eq!(call(api, "POST", "/proxies", &body).await.status, 201);
+
+        for (change, field) in [
+            (r#"{"capture":"b.pcapng"}"#, "capture"),
+            (r#"{"mode":"http"}"#, "mode"),
+            (r#"{"probe_listen":"127.0.0.1:0"}"#, "probe_listen"),
+            (r#"{"instance":"other"}"#, "instance"),
+            (r#"{"events":"b.jsonl"}"#, "events"),
+        ] {
+            let reply = call(api, "POST", "/proxies/b", change).await;
+            assert_eq!(reply.status, 400, "{change}: {}", reply.body);
+            assert!(
+                json(&reply)["error"].as_str().unwrap().contains(field),
+                "{change}: {}",
+                reply.body
+            );
+        }
+        // The same values as it has, as a client saving the whole proxy sends them: fine.
+        let same = call(
+            api,
+            "POST",
+            "/proxies/b",
+            r#"{"mode":"tcp","enabled":true}"#,
+        )
+        .await;
+        assert_eq!(same.status, 200, "{}", same.body);
+
+        // A shared capture on a server that captures nothing is refused at creation.
+        let body =
+            format!(r#"{{"name":"c","listen":"127.0.0.1:0","upstream":"{echo}","capture":true}}"#);
+        let reply = call(api, "POST", "/proxies", &body).await;
+        assert_eq!(reply.status, 400, "{}", reply.body);
+        assert!(reply.body.contains("captures nothing"), "{}", reply.body);
+    })
+    .await;
+}
