@@ -2,20 +2,22 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: clap types; [`run`] dispatches a parsed [`cli::Cli`].
-//! - [`proxy`]: one listener per upstream, listener faults, and [`proxy::relay`], which
-//!   moves bytes of one connection through the fault stages.
-//! - [`fault`]: what a fault is, its inline form, the per-direction chain, one file
-//!   per stage, and [`fault::file`] for `faults/*.toml`.
-//! - [`api`]: the Toxiproxy-compatible control API (`snag serve`); [`ctl`], its client.
-//! - [`case`]: the documented cases end to end (`snag case`, the README's main job),
-//!   reported by [`report`] in the terminal, JSON and HTML.
-//! - [`lab`]: self-naming backends, the reference balancer, the load generator, and
-//!   [`lab::driver`] for HAProxy and nginx; [`demo`]: a fault timeline against echo.
-//! - [`soak`]: thousands of connections through a `snag serve` process, faults
-//!   changing, leaks and lost bytes looked for.
-//! - [`capture`], [`events`], [`ports`]: the evidence; [`shutdown`], [`seed`]: leaves
-//!   every long-lived task and random choice uses.
+//! Layers, each using only the ones below it (`shared/tools/module-cycles.py src`
+//! prints `none`):
+//!
+//! 1. Commands: [`cmd`] (one file per subcommand) and [`cli`] (clap types). The only
+//!    code that reads flags or prints for people; [`run`] dispatches to [`cmd`].
+//! 2. Cases and the soak: [`case`] (the documented cases end to end, reported by
+//!    [`report`] in the terminal, JSON and HTML) and [`soak`].
+//! 3. The lab and the control API: [`lab`] (self-naming backends, the reference
+//!    balancer, the load generator, [`lab::driver`] for HAProxy and nginx) and [`api`]
+//!    (Toxiproxy-compatible, `snag serve`).
+//! 4. The interposer: [`proxy`] (listeners and listener faults, [`proxy::relay`] for
+//!    TCP, [`proxy::http`] for HTTP mode, [`proxy::scenario`]'s timelines).
+//! 5. Faults: [`fault`] (what a fault is, TCP stages one per file, HTTP hooks in
+//!    [`fault::http`], drains, fault files). Plain data and pure logic, no I/O.
+//! 6. Leaves, the evidence and what every task uses: [`capture`], [`events`],
+//!    [`ports`], [`host`], [`shutdown`], [`seed`].
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]

@@ -4,7 +4,7 @@
 pub mod http;
 mod listener;
 pub mod relay;
-mod scenario;
+pub mod scenario;
 pub mod socket;
 
 use std::{

@@ -31,9 +31,9 @@ fn nine_thousand_connections_for_a_minute_leak_nothing_and_lose_no_byte() {
     let checks = report["checks"].as_array().unwrap();
     assert!(checks.len() >= 11, "{report}");
     assert!(checks.iter().all(|c| c["passed"] == true), "{checks:?}");
-    // A sample a second, or one every two when the machine is busy.
+    // A sample a second; on a busy machine, one every two or three.
     assert!(
-        report["samples"].as_array().unwrap().len() >= 30,
+        report["samples"].as_array().unwrap().len() >= 20,
         "samples: {}",
         report["samples"].as_array().unwrap().len()
     );

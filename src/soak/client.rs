@@ -202,10 +202,18 @@ impl Client {
                 .body(Full::new(Bytes::from(body.clone())))
                 .expect("a valid request");
             let round = async {
-                let response = sender.send_request(request).await?;
+                let response = sender
+                    .send_request(request)
+                    .await
+                    .map_err(|e| (Stage::Head, e))?;
                 let status = response.status();
-                let got = response.into_body().collect().await?.to_bytes();
-                Ok::<_, hyper::Error>((status, got))
+                let got = response
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| (Stage::Body, e))?
+                    .to_bytes();
+                Ok::<_, (Stage, hyper::Error)>((status, got))
             };
             let done = tokio::select! {
                 _ = stop.wait() => break End::Stop,
@@ -224,16 +232,16 @@ impl Client {
                 // A fault's answer (503, a broken body) on a connection that goes on.
                 Ok(Ok(_)) => Tally::add(&self.tally().ended, 1),
                 // A request the drain's close crossed: nothing came back, nothing
-                // was half-delivered. Any other failure on a clean proxy counts.
-                Ok(Err(err))
-                    if self.clean && (err.is_incomplete_message() || err.is_canceled()) =>
-                {
+                // was half-delivered. A close with the request unread in snag's
+                // socket is an RST (the keep-alive race, wider on a busy machine).
+                // Any other failure on a clean proxy counts.
+                Ok(Err((Stage::Head, err))) if self.clean && crossed_by_close(&err) => {
                     Tally::add(&self.tally().ended, 1);
                     break End::Again;
                 }
                 failed if self.clean => {
                     let why = match failed {
-                        Ok(Err(err)) => format!("{err:?}"),
+                        Ok(Err((stage, err))) => format!("{stage:?}: {err:?}"),
                         _ => "no answer within 30 s".into(),
                     };
                     tracing::warn!(%why, "soak: a clean request failed");
@@ -250,4 +258,27 @@ impl Client {
         driving.abort();
         end
     }
+}
+
+/// Where an HTTP round failed: before the response head, or in its body.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    Head,
+    Body,
+}
+
+/// Whether `err` is a connection closed under a request before any answer: the
+/// close of a drain crossing it, not a broken relay.
+fn crossed_by_close(err: &hyper::Error) -> bool {
+    use std::error::Error as _;
+    let reset = err
+        .source()
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            )
+        });
+    err.is_incomplete_message() || err.is_canceled() || reset
 }
