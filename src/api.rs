@@ -35,7 +35,7 @@ use tokio::{net::TcpListener, sync::Mutex};
 use tracing::{debug, info};
 
 use self::registry::{ProxyInput, Registry};
-use crate::{proxy::Options, shutdown::Shutdown};
+use crate::{proxy::RunContext, shutdown::Shutdown};
 
 /// The version `/version` reports: Toxiproxy's API level, then snag's own. Clients
 /// parse it as semver (Ruby picks PATCH for ≥ 2.6.0); the suffix is allowed, as in
@@ -153,11 +153,11 @@ pub struct Metrics {
 }
 
 impl Api {
-    /// An API with no proxies yet, whose proxies use `seed` and `options` and stop
-    /// on `shutdown`.
-    pub fn new(seed: u64, options: Options, settings: Settings, shutdown: Shutdown) -> Arc<Api> {
+    /// An API with no proxies yet, whose proxies run in `context` and stop on
+    /// `shutdown`.
+    pub fn new(context: RunContext, settings: Settings, shutdown: Shutdown) -> Arc<Api> {
         Arc::new(Api {
-            registry: Mutex::new(Registry::new(seed, options, settings.files, shutdown)),
+            registry: Mutex::new(Registry::new(context, settings.files, shutdown)),
             token: settings.token,
             requests: AtomicU64::new(0),
             metrics: settings.metrics,
@@ -186,26 +186,8 @@ impl Api {
         let mut registry = self.registry.lock().await;
         let t0 = tokio::time::Instant::now();
         for spec in &scenario.proxies {
-            let input = ProxyInput {
-                name: Some(spec.name.clone()),
-                listen: Some(spec.listen.to_string()),
-                upstream: Some(spec.upstream.clone()),
-                enabled: Some(true),
-                mode: Some(spec.mode),
-                probe: Some(spec.probe.clone()),
-                probe_listen: spec.probe_listen.map(|a| a.to_string()),
-                id_headers: spec.id_headers.clone(),
-                instance: spec.instance.clone(),
-                capture: None,
-                events: None,
-            };
-            registry.create(input).await?;
-            let proxy = registry.proxy(&spec.name)?;
-            for fault in &spec.faults {
-                proxy
-                    .add_fault(fault.clone())
-                    .map_err(|_| Error::ToxicExists)?;
-            }
+            registry.create_config(spec.config.clone()).await?;
+            let proxy = registry.proxy(&spec.config.name)?;
             tokio::spawn(crate::proxy::play(
                 proxy,
                 spec.timeline.clone(),
@@ -326,7 +308,7 @@ pub async fn call(api: &Api, method: &Method, path: &str, body: &Bytes) -> Reply
             &[Method::GET, Method::POST, Method::PATCH, Method::DELETE]
         }
         ["proxies", _, "drain"] => &[Method::POST, Method::DELETE],
-        ["proxies", _, "stats"] => &[Method::GET],
+        ["proxies", _, "stats"] | ["proxies", _, "config"] => &[Method::GET],
         ["proxies", _, "toxics"] => &[Method::GET, Method::POST],
         _ => return plain(StatusCode::NOT_FOUND, "404 page not found\n"),
     };
@@ -401,6 +383,9 @@ async fn route(api: &Api, method: &Method, segments: &[&str], body: &Bytes) -> R
             proxy.undrain();
             empty(StatusCode::NO_CONTENT)
         }),
+        (_, ["proxies", name, "config"]) => registry
+            .proxy(name)
+            .map(|proxy| json(StatusCode::OK, &proxy.live_config())),
         (_, ["proxies", name, "stats"]) => registry
             .proxy(name)
             .map(|proxy| json(StatusCode::OK, &proxy.counters().snapshot())),

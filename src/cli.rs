@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::{
     fault::{
         Fault, ProbeRules,
+        config::ProxyConfig,
         drain::{Drain, DrainAt},
     },
     proxy::{Mode, relay::OnUpstreamError},
@@ -336,7 +337,7 @@ pub enum CtlCommand {
         #[arg(long)]
         disabled: bool,
         /// `tcp` relays bytes; `http` terminates HTTP and takes the HTTP faults.
-        #[arg(long, value_enum, default_value_t = Mode::Tcp)]
+        #[arg(long, default_value = "tcp", value_name = "tcp|http")]
         mode: Mode,
         /// A second listener for health probes alone (port 0: the OS chooses).
         #[arg(long, value_name = "ADDR")]
@@ -430,8 +431,16 @@ pub struct ServeArgs {
     /// Serve the process's memory and open descriptors on /metrics.
     #[arg(long)]
     pub runtime_metrics: bool,
+    /// How proxies treat upstreams and shutdown.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// How every proxy of a run treats upstreams and shutdown.
+#[derive(Debug, Args)]
+pub struct RunArgs {
     /// What the client gets when an upstream refuses, times out or resets.
-    #[arg(long, value_enum, default_value_t = OnUpstreamError::Reset)]
+    #[arg(long, default_value = "reset", value_name = "reset|close")]
     pub on_upstream_error: OnUpstreamError,
     /// Longest wait for an upstream to accept, e.g. 5s or 500ms.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
@@ -545,7 +554,12 @@ pub struct ProxyArgs {
     pub faults: Vec<Fault>,
     /// tcp relays bytes through the TCP faults; http terminates HTTP/1.1 and h2c
     /// and applies the HTTP faults per request.
-    #[arg(long, value_enum, default_value_t = Mode::Tcp, conflicts_with = "file")]
+    #[arg(
+        long,
+        default_value = "tcp",
+        value_name = "tcp|http",
+        conflicts_with = "file"
+    )]
     pub mode: Mode,
     /// A second listener for the balancer's health checks: everything on it is a
     /// probe, so TCP and listener faults scoped probe or data can tell them apart.
@@ -586,19 +600,32 @@ pub struct ProxyArgs {
     /// Seed for every random choice (toxicity, jitter …); printed when not given.
     #[arg(long, env = "SNAG_SEED")]
     pub seed: Option<u64>,
-    /// What the client gets when the upstream refuses, times out or resets.
-    #[arg(long, value_enum, default_value_t = OnUpstreamError::Reset)]
-    pub on_upstream_error: OnUpstreamError,
-    /// Longest wait for the upstream to accept, e.g. 5s or 500ms.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pub connect_timeout: Duration,
-    /// On SIGINT or SIGTERM, how long open connections may finish before they are
-    /// reset (a second signal resets them at once), e.g. 10s; 0s closes them at once.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pub shutdown_timeout: Duration,
+    /// How the proxies treat upstreams and shutdown.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 impl ProxyArgs {
+    /// The one proxy the flags describe (without --file).
+    pub fn config(&self) -> anyhow::Result<ProxyConfig> {
+        use anyhow::Context as _;
+        let listen = self.listen.context("--listen is required without --file")?;
+        let upstream = self
+            .upstream
+            .clone()
+            .context("--upstream is required without --file")?;
+        let mut config = ProxyConfig::new(&self.name, listen, upstream);
+        config.mode = self.mode;
+        config.probe = self.probe_rules();
+        config.probe_listen = self.probe_listen;
+        if !self.id_headers.is_empty() {
+            config.set_id_headers(&self.id_headers);
+        }
+        config.instance = self.instance.clone();
+        config.faults = self.faults.clone();
+        Ok(config)
+    }
+
     /// The probe rules the flags give: the default paths unless --probe-path is given.
     pub fn probe_rules(&self) -> ProbeRules {
         let mut rules = ProbeRules::default();

@@ -7,6 +7,7 @@
 
 pub mod bandwidth;
 pub mod chain;
+pub mod config;
 pub mod drain;
 pub mod file;
 pub mod http;

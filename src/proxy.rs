@@ -27,7 +27,8 @@ use self::relay::{Control, Ending, Faults, OnUpstreamError, Side};
 use crate::{
     events::{Counters, EventLog},
     fault::{
-        ConnId, Fault, Kind, ProbeRules, Scope,
+        ConnId, Fault, Kind, Scope,
+        config::ProxyConfig,
         drain::{Drain, DrainMode},
     },
     shutdown::Shutdown,
@@ -36,49 +37,38 @@ use crate::{
 pub use self::scenario::{Running, play, start};
 pub use crate::fault::Mode;
 
-/// How a proxy treats its upstream and its traffic.
+/// What every proxy of a run shares: the seed of its random choices, where its
+/// evidence goes, and how it treats upstreams and shutdown. One constructor; the
+/// fields are set after it.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct RunContext {
+    /// Drives every random choice of the run's faults.
+    pub seed: u64,
     /// What the client gets when the upstream refuses or resets (TCP mode; HTTP
     /// mode answers 502).
     pub on_upstream_error: OnUpstreamError,
     /// How long a connect to the upstream may take before it counts as refused.
     pub connect_timeout: Duration,
-    /// Bytes or HTTP.
-    pub mode: Mode,
-    /// Which requests are health probes (HTTP mode).
-    pub probe: ProbeRules,
-    /// Request headers that carry a transaction id (HTTP mode); a value seen twice
-    /// is a duplicate transaction.
-    pub id_headers: Vec<String>,
-    /// The name the backend should give in `x-instance` (HTTP mode); `None`: the
-    /// proxy's name.
-    pub instance: Option<String>,
-    /// Where events go (faults changed, drains, GOAWAYs, resets, probes), if anywhere.
-    pub events: Option<Arc<EventLog>>,
-    /// A second listener for health probes only, if any: it lets TCP faults and
-    /// listener faults tell probes from data.
-    pub probe_listen: Option<std::net::SocketAddr>,
-    /// Where both legs of every connection are captured, if anywhere (TCP mode).
-    pub capture: Option<Arc<crate::capture::Capture>>,
     /// On shutdown, how long open connections may finish before they are reset;
     /// zero: they are closed at once.
     pub shutdown_timeout: Duration,
+    /// Where events go (faults changed, drains, GOAWAYs, resets, probes), if anywhere.
+    pub events: Option<Arc<EventLog>>,
+    /// Where both legs of every connection are captured, if anywhere.
+    pub capture: Option<Arc<crate::capture::Capture>>,
 }
 
-impl Default for Options {
-    fn default() -> Self {
-        Options {
+impl RunContext {
+    /// A run seeded with `seed`: upstream errors reset the client, connects wait
+    /// 5 s, shutdown closes at once, no event log, no capture.
+    pub fn new(seed: u64) -> RunContext {
+        RunContext {
+            seed,
             on_upstream_error: OnUpstreamError::Reset,
             connect_timeout: Duration::from_secs(5),
-            mode: Mode::Tcp,
-            probe: ProbeRules::default(),
-            id_headers: vec!["x-request-id".into(), "idempotency-key".into()],
-            instance: None,
-            events: None,
-            probe_listen: None,
-            capture: None,
             shutdown_timeout: Duration::ZERO,
+            events: None,
+            capture: None,
         }
     }
 }
@@ -91,8 +81,9 @@ pub struct Proxy {
     pub name: String,
     /// Where new connections go, `host:port`; open ones stay where they are.
     upstream: std::sync::RwLock<Arc<str>>,
-    seed: u64,
-    options: Options,
+    /// As it was made; its faults and upstream live on in the fields here.
+    config: ProxyConfig,
+    context: RunContext,
     faults: watch::Sender<Arc<Vec<Arc<Fault>>>>,
     next_conn: AtomicU64,
     next_request: AtomicU64,
@@ -141,20 +132,15 @@ pub enum FaultError {
 }
 
 impl Proxy {
-    /// A proxy to `upstream` with `faults` on from the start. `seed` drives every
-    /// random choice its faults make.
-    pub fn new(
-        name: String,
-        upstream: String,
-        seed: u64,
-        options: Options,
-        faults: Vec<Fault>,
-    ) -> Result<Arc<Proxy>, FaultError> {
+    /// The proxy `config` describes, in run `context`, with its faults on from the
+    /// start; `Err` if one cannot act in its mode or two share a name.
+    pub fn new(mut config: ProxyConfig, context: RunContext) -> Result<Arc<Proxy>, FaultError> {
+        let faults = std::mem::take(&mut config.faults);
         let proxy = Proxy {
-            name,
-            upstream: std::sync::RwLock::new(Arc::from(upstream)),
-            seed,
-            options,
+            name: config.name.clone(),
+            upstream: std::sync::RwLock::new(Arc::from(config.upstream.as_str())),
+            config,
+            context,
             faults: watch::Sender::new(Arc::new(Vec::new())),
             next_conn: AtomicU64::new(0),
             next_request: AtomicU64::new(0),
@@ -191,9 +177,24 @@ impl Proxy {
             .expect("no code panics while holding the upstream lock") = Arc::from(upstream);
     }
 
-    /// How it treats its upstream and its traffic.
-    pub fn options(&self) -> &Options {
-        &self.options
+    /// How it was made (its faults and upstream as they are now: [`Proxy::faults`],
+    /// [`Proxy::upstream`]).
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    /// Its configuration as it is now: the upstream and faults of the moment.
+    pub fn live_config(&self) -> ProxyConfig {
+        ProxyConfig {
+            upstream: self.upstream().to_string(),
+            faults: self.faults(),
+            ..self.config.clone()
+        }
+    }
+
+    /// The run it belongs to.
+    pub fn context(&self) -> &RunContext {
+        &self.context
     }
 
     /// Its counters.
@@ -203,7 +204,7 @@ impl Proxy {
 
     /// Records an event, if the proxy has an event log.
     pub fn event(&self, kind: &str, fields: serde_json::Value) {
-        if let Some(log) = &self.options.events {
+        if let Some(log) = &self.context.events {
             log.emit(&self.name, kind, fields);
         }
     }
@@ -225,7 +226,7 @@ impl Proxy {
             return;
         }
         self.each_conn(|c| c.drain());
-        if drain.mode == DrainMode::Slow && self.options.mode == Mode::Tcp {
+        if drain.mode == DrainMode::Slow && self.config.mode == Mode::Tcp {
             // TCP has no responses to pace one by one: the downstream bytes of every
             // open connection are, by a bandwidth fault everyone can see in the list.
             let pace = Fault::new(
@@ -281,7 +282,7 @@ impl Proxy {
 
     /// The seed of its random choices.
     pub fn seed(&self) -> u64 {
-        self.seed
+        self.context.seed
     }
 
     /// The number of the next HTTP request, from 0: what its faults' toxicity draws on.
@@ -301,7 +302,7 @@ impl Proxy {
             if faults.iter().any(|f| f.name == fault.name) {
                 return Err(FaultError::Exists(fault.name));
             }
-            let mode = self.options.mode;
+            let mode = self.config.mode;
             if !mode.takes(&fault.kind) {
                 return Err(FaultError::Mode { name: fault.name, kind: fault.kind.type_name(), mode: mode.as_str() });
             }
@@ -426,7 +427,7 @@ pub async fn serve(
     proxy: Arc<Proxy>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    let class = if proxy.options.probe_listen.is_some() {
+    let class = if proxy.config.probe_listen.is_some() {
         Scope::Data
     } else {
         Scope::Any
@@ -472,15 +473,15 @@ async fn handle(
     control: Arc<Control>,
     class: Scope,
 ) {
-    let options = &proxy.options;
+    let context = &proxy.context;
     let upstream_addr = proxy.upstream();
-    let connect = timeout(options.connect_timeout, TcpStream::connect(&*upstream_addr)).await;
+    let connect = timeout(context.connect_timeout, TcpStream::connect(&*upstream_addr)).await;
     let mut upstream = match connect {
         Ok(Ok(stream)) => stream,
         failed => {
             let why = match failed {
                 Ok(Err(err)) => err.to_string(),
-                _ => format!("no answer within {:?}", options.connect_timeout),
+                _ => format!("no answer within {:?}", context.connect_timeout),
             };
             debug!(upstream = %upstream_addr, %why, "upstream connect failed");
             proxy.counters.upstream_error();
@@ -488,7 +489,7 @@ async fn handle(
                 "upstream_failed",
                 serde_json::json!({ "connection": conn, "why": why }),
             );
-            if options.on_upstream_error == OnUpstreamError::Reset {
+            if context.on_upstream_error == OnUpstreamError::Reset {
                 socket::reset_on_close(&client);
             }
             debug!(ending = ?Ending::Reset { by: Side::Upstream }, "connection done");
@@ -500,7 +501,7 @@ async fn handle(
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
     let id = ConnId {
-        seed: proxy.seed,
+        seed: context.seed,
         proxy: &proxy.name,
         conn,
         class,
@@ -511,8 +512,8 @@ async fn handle(
         &faults,
         &control,
         id,
-        options.on_upstream_error,
-        options.capture.as_ref().and_then(|c| c.sender()),
+        context.on_upstream_error,
+        context.capture.as_ref().and_then(|c| c.sender()),
     )
     .await;
     proxy.unregister(conn);
@@ -558,14 +559,8 @@ mod tests {
     use crate::fault::drain::NewConns;
 
     fn proxy() -> Arc<Proxy> {
-        Proxy::new(
-            "p".into(),
-            "127.0.0.1:1".into(),
-            1,
-            Options::default(),
-            vec![],
-        )
-        .unwrap()
+        let config = ProxyConfig::new("p", "127.0.0.1:0".parse().unwrap(), "127.0.0.1:1");
+        Proxy::new(config, RunContext::new(1)).unwrap()
     }
 
     fn deadline(ms: u64) -> Drain {

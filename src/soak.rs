@@ -10,6 +10,7 @@
 //! answer must be the request's body) and `http-chaos` (503s, broken bodies, resets,
 //! swallowed requests: snag must keep answering).
 
+mod checks;
 mod client;
 mod page;
 
@@ -35,7 +36,7 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{UsageError, cli::SoakArgs, report::Check, shutdown::Shutdown};
+use crate::{UsageError, cli::SoakArgs, shutdown::Shutdown};
 
 /// The four proxies: name, mode, whether every round must succeed.
 const PROXIES: [(&str, &str, bool); 4] = [
@@ -428,47 +429,8 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         "ended",
         "failed"
     );
-    let mut samples = Vec::new();
-    let mut last_ok = 0;
-    let mut interrupted = false;
-    // The load runs for its duration on the clock: a sample a second while a sample
-    // takes less (on a busy machine reading the API under load can take longer, and
-    // the soak must not stretch with it).
-    let mut second = 0;
-    while started.elapsed() < args.duration {
-        second = (started.elapsed().as_secs() + 1).max(second + 1);
-        let next = (started + Duration::from_secs(second)).min(started + args.duration);
-        tokio::select! {
-            _ = shutdown.wait() => { interrupted = true; break }
-            _ = tokio::time::sleep_until(next) => {}
-        }
-        let Ok(mut sample) = target.sample().await else {
-            break; // the checks below say what happened to it
-        };
-        let ok: u64 = tallies.iter().map(|t| Tally::get(&t.ok)).sum();
-        sample.t = started.elapsed().as_secs_f64();
-        sample.ok_per_s = ok - last_ok;
-        last_ok = ok;
-        let verified: u64 = tallies.iter().map(|t| Tally::get(&t.verified)).sum();
-        let ended: u64 = tallies.iter().map(|t| Tally::get(&t.ended)).sum();
-        let failed: u64 = tallies
-            .iter()
-            .map(|t| Tally::get(&t.failed) + Tally::get(&t.corrupted))
-            .sum();
-        say!(
-            "{:>5.0}  {:>11}  {:>8.1}  {:>7}  {:>7}  {:>8}  {:>12.1}  {:>7}  {:>6}",
-            sample.t,
-            sample.connections,
-            sample.rss_mib,
-            sample.fds,
-            sample.tasks,
-            sample.ok_per_s,
-            verified as f64 / (1 << 20) as f64,
-            ended,
-            failed
-        );
-        samples.push(sample);
-    }
+    let (samples, interrupted) =
+        observe(&target, &tallies, started, args.duration, &shutdown).await;
     let load_s = started.elapsed().as_secs_f64();
     let host = host_mark
         .zip(crate::host::Mark::now())
@@ -506,142 +468,29 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     };
     backends.trigger();
 
-    let plateau = {
-        let mut rss: Vec<f64> = samples[samples.len() / 2..]
-            .iter()
-            .map(|s| s.rss_mib)
-            .collect();
-        rss.sort_by(f64::total_cmp);
-        rss.get(rss.len() / 2).copied().unwrap_or(0.0)
-    };
-    let peak = samples.iter().map(|s| s.connections).max().unwrap_or(0);
-    let peak_rss = samples.iter().map(|s| s.rss_mib).fold(0.0, f64::max);
     let c = tallies.each_ref().map(Tally::counts);
-    let mib = |bytes: u64| bytes as f64 / 1048576.0;
     let calls = api_calls.load(Ordering::Relaxed);
     let api_failures = api_errors
         .lock()
         .map(|e: std::sync::MutexGuard<'_, Vec<String>>| e.clone())
         .unwrap_or_default();
-    let mut checks = vec![
-        check(
-            "snag neither panicked nor exited under load",
-            alive_under_load && !stderr.contains("panicked"),
-            format!(
-                "alive: {alive_under_load}; log: {} lines{}",
-                stderr.lines().count(),
-                if stderr.contains("panicked") {
-                    ", has a panic"
-                } else {
-                    ""
-                }
-            ),
-        ),
-        check(
-            "the connections were held at once",
-            peak as f64 >= 0.95 * args.connections as f64,
-            format!("peak {peak} open in snag, target {}", args.connections),
-        ),
-        check(
-            "every byte through tcp-clean came back, none changed",
-            c[0].failed + c[0].corrupted + c[0].ended == 0 && c[0].verified > 0,
-            format!(
-                "{} rounds, {:.1} MiB checked; failed {}, corrupted {}",
-                c[0].ok,
-                mib(c[0].verified),
-                c[0].failed,
-                c[0].corrupted
-            ),
-        ),
-        check(
-            "no byte changed through tcp-chaos (its faults may cut, never alter)",
-            c[1].corrupted == 0 && c[1].failed == 0 && c[1].ok > 0,
-            format!(
-                "{} rounds ok, {} ended by a fault or the drain, {:.1} MiB checked, corrupted {}",
-                c[1].ok,
-                c[1].ended,
-                mib(c[1].verified),
-                c[1].corrupted
-            ),
-        ),
-        check(
-            "every http-clean answer was the request's body",
-            c[2].failed + c[2].corrupted == 0 && c[2].ok > 0,
-            format!(
-                "{} requests, {:.1} MiB checked; {} closed under a request by a drain (retried), failed {}",
-                c[2].ok,
-                mib(c[2].verified),
-                c[2].ended,
-                c[2].failed
-            ),
-        ),
-        check(
-            "http-chaos kept answering through its faults",
-            c[3].ok > 0 && c[3].ended > 0 && c[3].failed == 0,
-            format!("{} intact, {} faulted", c[3].ok, c[3].ended),
-        ),
-        check(
-            "every fault change and drain through the API was accepted",
-            api_failures.is_empty() && calls > 0,
-            format!(
-                "{calls} calls; {}",
-                if api_failures.is_empty() {
-                    "no failures".to_string()
-                } else {
-                    api_failures.join("; ")
-                }
-            ),
-        ),
-        check(
-            "no connection left open once the load stopped",
-            end.connections == 0,
-            format!("{} open", end.connections),
-        ),
-        check(
-            "no descriptor leaked",
-            end.fds <= baseline.fds + pooled + FD_SLACK,
-            format!(
-                "{} before the load, {} after ({} of them idle upstream connections in the HTTP pool)",
-                baseline.fds, end.fds, pooled
-            ),
-        ),
-        {
-            // Other programs slow the ramp: memory may still be rising when the load
-            // stops, with no plateau to judge by. Then the peak is the reference:
-            // what the close of every connection must not add to.
-            let busy = host.filter(|h| h.busy());
-            let reference = if busy.is_some() { peak_rss } else { plateau };
-            check(
-                "memory back within 10% of its plateau",
-                end.rss_mib <= reference * 1.10,
-                format!(
-                    "plateau {plateau:.1} MiB, peak {peak_rss:.1} MiB, after {:.1} MiB ({:+.1}%{})",
-                    end.rss_mib,
-                    (end.rss_mib / reference.max(0.001) - 1.0) * 100.0,
-                    busy.map_or(String::new(), |h| format!(
-                        " of the peak: a busy host, {}",
-                        h.describe()
-                    ))
-                ),
-            )
-        },
-        check(
-            "a signal stopped it cleanly",
-            exit.as_ref().is_ok_and(|s| s.success()),
-            match &exit {
-                Ok(s) => format!("{s}"),
-                Err(e) => e.clone(),
-            },
-        ),
-    ];
-    if interrupted {
-        checks.push(check(
-            "the run went its full length",
-            false,
-            format!("interrupted after {load_s:.0} s"),
-        ));
-    }
-
+    let observed = checks::Observed {
+        target_connections: args.connections,
+        alive_under_load,
+        stderr,
+        counts: c,
+        calls,
+        api_failures,
+        baseline,
+        end,
+        pooled,
+        samples: &samples,
+        host,
+        exit,
+        interrupted,
+        load_s,
+    };
+    let (checks, plateau) = checks::judge(&observed);
     let drains = drains.lock().map(|d| d.clone()).unwrap_or_default();
     let report = serde_json::json!({
         "seed": seed,
@@ -686,12 +535,58 @@ pub async fn run(args: SoakArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn check(what: &str, passed: bool, detail: String) -> Check {
-    Check {
-        what: what.to_string(),
-        passed,
-        detail,
+/// Samples `target` and the tallies once a second (or as fast as a sample allows)
+/// until `duration` from `started` has passed, printing a row each time; `true`
+/// with the samples if `shutdown` cut it short.
+async fn observe(
+    target: &Target,
+    tallies: &[Tally; 4],
+    started: Instant,
+    duration: Duration,
+    shutdown: &Shutdown,
+) -> (Vec<Sample>, bool) {
+    let mut samples = Vec::new();
+    let mut last_ok = 0;
+    let mut interrupted = false;
+    // The load runs for its duration on the clock: a sample a second while a sample
+    // takes less (on a busy machine reading the API under load can take longer, and
+    // the soak must not stretch with it).
+    let mut second = 0;
+    while started.elapsed() < duration {
+        second = (started.elapsed().as_secs() + 1).max(second + 1);
+        let next = (started + Duration::from_secs(second)).min(started + duration);
+        tokio::select! {
+            _ = shutdown.wait() => { interrupted = true; break }
+            _ = tokio::time::sleep_until(next) => {}
+        }
+        let Ok(mut sample) = target.sample().await else {
+            break; // the checks below say what happened to it
+        };
+        let ok: u64 = tallies.iter().map(|t| Tally::get(&t.ok)).sum();
+        sample.t = started.elapsed().as_secs_f64();
+        sample.ok_per_s = ok - last_ok;
+        last_ok = ok;
+        let verified: u64 = tallies.iter().map(|t| Tally::get(&t.verified)).sum();
+        let ended: u64 = tallies.iter().map(|t| Tally::get(&t.ended)).sum();
+        let failed: u64 = tallies
+            .iter()
+            .map(|t| Tally::get(&t.failed) + Tally::get(&t.corrupted))
+            .sum();
+        say!(
+            "{:>5.0}  {:>11}  {:>8.1}  {:>7}  {:>7}  {:>8}  {:>12.1}  {:>7}  {:>6}",
+            sample.t,
+            sample.connections,
+            sample.rss_mib,
+            sample.fds,
+            sample.tasks,
+            sample.ok_per_s,
+            verified as f64 / (1 << 20) as f64,
+            ended,
+            failed
+        );
+        samples.push(sample);
     }
+    (samples, interrupted)
 }
 
 /// snag's idle connections to the HTTP backend: hyper's pool keeps them for 90 s,

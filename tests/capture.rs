@@ -9,7 +9,7 @@ use common::{echo_server, pattern, within};
 use pcap_file::pcapng::{Block, PcapNgReader};
 use snag::{
     capture::{Capture, Settings},
-    proxy::{self, Options, Proxy},
+    proxy::{self, Proxy, RunContext},
     shutdown::Shutdown,
 };
 use tokio::{
@@ -105,12 +105,10 @@ fn streams(segments: &[Segment]) -> HashMap<(SocketAddr, SocketAddr), Vec<u8>> {
 async fn both_legs_reassemble_to_the_bytes_relayed_and_resets_are_annotated() {
     within(30, async {
         let (dir, path, capture) = capture_in("capture", "run.pcapng");
-        let options = Options {
-            capture: Some(capture.clone()),
-            ..Options::default()
-        };
+        let mut context = RunContext::new(1);
+        context.capture = Some(capture.clone());
         let upstream = echo_server().await;
-        let proxy = Proxy::new("cap".into(), upstream.to_string(), 1, options, Vec::new()).unwrap();
+        let proxy = Proxy::new(common::config("cap", upstream, &[]), context).unwrap();
         let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = Shutdown::new();
@@ -243,18 +241,9 @@ async fn a_bounded_capture_rotates_into_numbered_files_that_each_read_back() {
             snaplen: 128,
         };
         let capture = Arc::new(Capture::create(settings).unwrap());
-        let options = Options {
-            capture: Some(capture.clone()),
-            ..Options::default()
-        };
-        let proxy = Proxy::new(
-            "rot".into(),
-            echo_server().await.to_string(),
-            1,
-            options,
-            Vec::new(),
-        )
-        .unwrap();
+        let mut context = RunContext::new(1);
+        context.capture = Some(capture.clone());
+        let proxy = Proxy::new(common::config("rot", echo_server().await, &[]), context).unwrap();
         let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = Shutdown::new();
@@ -383,13 +372,12 @@ async fn http_mode_captures_client_legs_and_pooled_upstream_legs() {
     within(30, async {
         let (dir, path, capture) = capture_in("capture-http", "http.pcapng");
         let (backend, _) = common::http_backend("captured body").await;
-        let options = Options {
-            mode: snag::proxy::Mode::Http,
-            capture: Some(capture.clone()),
-            ..Options::default()
-        };
-        let faults = vec!["reset_mid_response:bytes=3,scope=probe".parse().unwrap()];
-        let proxy = Proxy::new("web".into(), backend.to_string(), 1, options, faults).unwrap();
+        let mut context = RunContext::new(1);
+        context.capture = Some(capture.clone());
+        let mut config =
+            common::config("web", backend, &["reset_mid_response:bytes=3,scope=probe"]);
+        config.mode = snag::proxy::Mode::Http;
+        let proxy = Proxy::new(config, context).unwrap();
         let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = Shutdown::new();

@@ -5,6 +5,7 @@ mod common;
 
 use std::{net::SocketAddr, time::Duration};
 
+use clap::Parser;
 use common::{call, echo_server, json, spawn_api, within};
 use snag::api::Settings;
 use tokio::{
@@ -117,6 +118,85 @@ async fn fields_fixed_at_creation_are_refused_on_update_not_ignored() {
         let reply = call(api, "POST", "/proxies", &body).await;
         assert_eq!(reply.status, 400, "{}", reply.body);
         assert!(reply.body.contains("captures nothing"), "{}", reply.body);
+    })
+    .await;
+}
+
+/// Every field a proxy can be given, as JSON the way the running proxy shows it.
+fn every_field(listen: &str) -> serde_json::Value {
+    serde_json::json!({
+        "name": "full",
+        "listen": listen,
+        "upstream": "127.0.0.1:9",
+        "mode": "http",
+        "probe": { "paths": ["/hc"], "headers": { "user-agent": "kube" }, "methods": ["HEAD"] },
+        "probe_listen": "127.0.0.1:0",
+        "id_headers": ["x-txn"],
+        "instance": "inst",
+        "faults": [{
+            "name": "slow", "type": "http_delay", "stream": "downstream", "toxicity": 0.5,
+            "scope": "probe", "attributes": { "delay": 5, "at": "body" },
+        }],
+    })
+}
+
+#[tokio::test]
+async fn every_field_the_cli_a_fault_file_and_the_api_accept_reaches_the_proxy() {
+    within(10, async {
+        // The CLI's flags.
+        let cli = snag::cli::Cli::try_parse_from([
+            "snag", "proxy", "--name", "full", "--listen", "127.0.0.1:0", "--upstream",
+            "127.0.0.1:9", "--mode", "http", "--probe-path", "/hc", "--probe-header",
+            "User-Agent=kube", "--probe-method", "HEAD", "--probe-listen", "127.0.0.1:0",
+            "--id-header", "X-Txn", "--instance", "inst", "--fault",
+            "http_delay:delay=5,at=body,name=slow,toxicity=0.5,scope=probe",
+        ])
+        .unwrap();
+        let snag::cli::Command::Proxy(args) = cli.command else {
+            panic!("not proxy")
+        };
+        let from_cli = serde_json::to_value(args.config().unwrap()).unwrap();
+        assert_eq!(from_cli, every_field("127.0.0.1:0"));
+
+        // A fault file's [[proxy]].
+        let file = snag::fault::file::parse(
+            "full.toml",
+            r#"
+            [[proxy]]
+            name = "full"
+            listen = "127.0.0.1:0"
+            upstream = "127.0.0.1:9"
+            mode = "http"
+            probe = { paths = ["/hc"], headers = { "user-agent" = "kube" }, methods = ["HEAD"] }
+            probe_listen = "127.0.0.1:0"
+            id_headers = ["X-Txn"]
+            instance = "inst"
+            [[proxy.fault]]
+            name = "slow"
+            type = "http_delay"
+            toxicity = 0.5
+            scope = "probe"
+            attributes = { delay = 5, at = "body" }
+            "#,
+        )
+        .unwrap();
+        let from_file = serde_json::to_value(&file.proxies[0].config).unwrap();
+        assert_eq!(from_file, every_field("127.0.0.1:0"));
+
+        // The API's JSON, read back from the running proxy.
+        let api = spawn_api(Settings::default(), None).await;
+        let body = serde_json::json!({
+            "name": "full", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9",
+            "mode": "http", "probe": { "paths": ["/hc"], "headers": { "user-agent": "kube" }, "methods": ["HEAD"] },
+            "probe_listen": "127.0.0.1:0", "id_headers": ["X-Txn"], "instance": "inst",
+        });
+        let created = call(api, "POST", "/proxies", &body.to_string()).await;
+        assert_eq!(created.status, 201, "{}", created.body);
+        let toxic = r#"{"name":"slow","type":"http_delay","toxicity":0.5,"scope":"probe","attributes":{"delay":5,"at":"body"}}"#;
+        let added = call(api, "POST", "/proxies/full/toxics", toxic).await;
+        assert_eq!(added.status, 200, "{}", added.body);
+        let live = json(&call(api, "GET", "/proxies/full/config", "").await);
+        assert_eq!(live, every_field("127.0.0.1:0"));
     })
     .await;
 }

@@ -13,8 +13,7 @@ use std::{
 use common::{Seen, echo_server, http_backend, refused, within};
 use snag::{
     fault::drain::{Drain, DrainMode, NewConns},
-    proxy::{self, Mode, Options, Proxy},
-    shutdown::Shutdown,
+    proxy::{self, Mode, Proxy, RunContext},
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -22,13 +21,15 @@ use tokio::{
     time::Instant,
 };
 
-async fn spawn(upstream: SocketAddr, mode: Mode, options: Options) -> (SocketAddr, Arc<Proxy>) {
-    let options = Options { mode, ..options };
-    let proxy = Proxy::new("h".into(), upstream.to_string(), 1, options, Vec::new()).unwrap();
-    let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(proxy::serve(listener, proxy.clone(), Shutdown::never()));
-    (addr, proxy)
+async fn spawn(
+    upstream: SocketAddr,
+    mode: Mode,
+    instance: Option<&str>,
+) -> (SocketAddr, Arc<Proxy>) {
+    let mut config = common::config("h", upstream, &[]);
+    config.mode = mode;
+    config.instance = instance.map(String::from);
+    common::serve(config, RunContext::new(1)).await
 }
 
 fn drain(mode: DrainMode, timeout: u64) -> Drain {
@@ -54,7 +55,7 @@ async fn in_flight(seen: &Arc<Mutex<Vec<Seen>>>, n: usize) {
 async fn an_h2_drain_sends_goaway_with_the_last_stream_and_lets_it_finish() {
     within(20, async {
         let (backend, seen) = http_backend("finished").await;
-        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let (addr, proxy) = spawn(backend, Mode::Http, None).await;
         let client = tokio::process::Command::new("nghttp")
             .args(["-v", &format!("http://{addr}/slow?ms=800")])
             .output();
@@ -124,7 +125,7 @@ async fn an_h2_drain_sends_goaway_with_the_last_stream_and_lets_it_finish() {
 async fn an_h1_response_in_flight_carries_connection_close_and_the_connection_ends() {
     within(10, async {
         let (backend, seen) = http_backend("finished").await;
-        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let (addr, proxy) = spawn(backend, Mode::Http, None).await;
         let mut c = TcpStream::connect(addr).await.unwrap();
         c.write_all(b"GET /slow?ms=400 HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
@@ -146,7 +147,7 @@ async fn an_h1_response_in_flight_carries_connection_close_and_the_connection_en
 async fn a_deadline_drain_resets_what_is_still_open_and_counts_it() {
     within(10, async {
         let (backend, seen) = http_backend("too late").await;
-        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let (addr, proxy) = spawn(backend, Mode::Http, None).await;
         let mut c = TcpStream::connect(addr).await.unwrap();
         c.write_all(b"GET /slow?ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
@@ -169,7 +170,7 @@ async fn a_deadline_drain_resets_what_is_still_open_and_counts_it() {
 #[tokio::test]
 async fn tcp_drains_refuse_new_connections_and_finish_or_reset_open_ones() {
     within(10, async {
-        let (addr, proxy) = spawn(echo_server().await, Mode::Tcp, Options::default()).await;
+        let (addr, proxy) = spawn(echo_server().await, Mode::Tcp, None).await;
         let mut open = TcpStream::connect(addr).await.unwrap();
         open.write_all(b"ping").await.unwrap();
         open.read_exact(&mut [0; 4]).await.unwrap();
@@ -205,7 +206,7 @@ async fn a_slow_drain_paces_responses_in_flight() {
     within(10, async {
         let big: &'static str = Box::leak("0123456789".repeat(1_500).into_boxed_str());
         let (backend, seen) = http_backend(big).await;
-        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let (addr, proxy) = spawn(backend, Mode::Http, None).await;
         let mut c = TcpStream::connect(addr).await.unwrap();
         c.write_all(b"GET /slow?ms=200 HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
@@ -237,7 +238,7 @@ async fn a_slow_drain_paces_responses_in_flight() {
 async fn the_same_transaction_id_twice_is_one_duplicate_and_instances_are_compared() {
     within(10, async {
         let (backend, _) = http_backend("ok").await;
-        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let (addr, proxy) = spawn(backend, Mode::Http, None).await;
         for id in ["tx-1", "tx-2", "tx-1"] {
             let reply = common::http(addr, "POST", "/orders", "{}", &[("x-request-id", id)]).await;
             assert_eq!(reply.status, 200);
@@ -250,11 +251,7 @@ async fn the_same_transaction_id_twice_is_one_duplicate_and_instances_are_compar
             (stats.instances["backend-a"], stats.instance_disagreements),
             (3, 3)
         );
-        let named = Options {
-            instance: Some("backend-a".into()),
-            ..Options::default()
-        };
-        let (addr, proxy) = spawn(backend, Mode::Http, named).await;
+        let (addr, proxy) = spawn(backend, Mode::Http, Some("backend-a")).await;
         common::http(addr, "GET", "/", "", &[]).await;
         assert_eq!(proxy.counters().snapshot().instance_disagreements, 0);
     })
@@ -264,7 +261,7 @@ async fn the_same_transaction_id_twice_is_one_duplicate_and_instances_are_compar
 #[tokio::test]
 async fn empty_tcp_connections_malformed_requests_and_the_connection_rate_are_counted() {
     within(10, async {
-        let (addr, proxy) = spawn(echo_server().await, Mode::Tcp, Options::default()).await;
+        let (addr, proxy) = spawn(echo_server().await, Mode::Tcp, None).await;
         drop(TcpStream::connect(addr).await.unwrap()); // an L4 health check
         let mut c = TcpStream::connect(addr).await.unwrap();
         c.write_all(b"data").await.unwrap();
@@ -281,7 +278,7 @@ async fn empty_tcp_connections_malformed_requests_and_the_connection_rate_are_co
         assert_eq!(stats.new_connections_per_second.iter().sum::<u64>(), 2);
 
         let (backend, _) = http_backend("ok").await;
-        let (addr, proxy) = spawn(backend, Mode::Http, Options::default()).await;
+        let (addr, proxy) = spawn(backend, Mode::Http, None).await;
         let mut c = TcpStream::connect(addr).await.unwrap();
         c.write_all(b"NOT HTTP AT ALL\r\n\r\n").await.unwrap();
         let mut answer = Vec::new();
@@ -299,7 +296,7 @@ async fn empty_tcp_connections_malformed_requests_and_the_connection_rate_are_co
 #[tokio::test]
 async fn a_slow_tcp_drain_paces_open_connections() {
     within(10, async {
-        let (addr, proxy) = spawn(echo_server().await, Mode::Tcp, Options::default()).await;
+        let (addr, proxy) = spawn(echo_server().await, Mode::Tcp, None).await;
         let mut c = TcpStream::connect(addr).await.unwrap();
         c.write_all(b"ping").await.unwrap();
         c.read_exact(&mut [0; 4]).await.unwrap();

@@ -4,8 +4,8 @@ mod common;
 
 use std::{io, time::Duration};
 
-use common::{echo_server, pattern, spawn_proxy, spawn_proxy_with, within};
-use snag::proxy::Options;
+use common::{echo_server, pattern, spawn_proxy, within};
+use snag::proxy::RunContext;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -323,13 +323,8 @@ async fn loss_stalls_the_stream_by_retransmission_timeouts() {
 
 /// Which of `n` sequential connections got reset by a toxicity-0.5 `reset_peer`.
 async fn reset_subset(seed: u64, n: usize) -> Vec<usize> {
-    let (proxy, _) = spawn_proxy_with(
-        echo_server().await,
-        &["reset_peer:toxicity=0.5"],
-        seed,
-        Options::default(),
-    )
-    .await;
+    let config = common::config("p", echo_server().await, &["reset_peer:toxicity=0.5"]);
+    let (proxy, _) = common::serve(config, RunContext::new(seed)).await;
     let mut hit = Vec::new();
     for i in 0..n {
         let mut client = TcpStream::connect(proxy).await.unwrap();

@@ -6,24 +6,13 @@ mod common;
 use std::{io, net::SocketAddr, time::Duration};
 
 use common::{curl, http, http_backend, within};
-use snag::{
-    fault::Fault,
-    proxy::{self, Mode, Options, Proxy},
-    shutdown::Shutdown,
-};
+use snag::proxy::{Mode, RunContext};
 use tokio::{io::AsyncReadExt, io::AsyncWriteExt, net::TcpStream, time::Instant};
 
 async fn http_proxy(upstream: SocketAddr, faults: &[&str]) -> SocketAddr {
-    let faults: Vec<Fault> = faults.iter().map(|f| f.parse().unwrap()).collect();
-    let options = Options {
-        mode: Mode::Http,
-        ..Options::default()
-    };
-    let proxy = Proxy::new("h".into(), upstream.to_string(), 1, options, faults).unwrap();
-    let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(proxy::serve(listener, proxy, Shutdown::never()));
-    addr
+    let mut config = common::config("h", upstream, faults);
+    config.mode = Mode::Http;
+    common::serve(config, RunContext::new(1)).await.0
 }
 
 #[tokio::test]
@@ -277,7 +266,7 @@ fn tcp_faults_on_an_http_proxy_are_refused_with_the_reason() {
         stderr.contains("latency_downstream") && stderr.contains("mode http"),
         "{stderr}"
     );
-    let bad: Result<Fault, _> = "latency:latency=5,scope=sometimes".parse();
+    let bad: Result<snag::fault::Fault, _> = "latency:latency=5,scope=sometimes".parse();
     assert!(
         bad.unwrap_err()
             .contains("scope `sometimes` is not any, data or probe")
@@ -394,19 +383,13 @@ async fn stats_and_events_files_record_probes_faults_and_requests() {
 async fn a_user_agent_rule_makes_a_probe_of_any_path() {
     within(10, async {
         let (backend, _) = http_backend("ok").await;
-        let mut options = Options {
-            mode: Mode::Http,
-            ..Options::default()
-        };
-        options
+        let mut config = common::config("h", backend, &["http_status:status=503,scope=probe"]);
+        config.mode = Mode::Http;
+        config
             .probe
             .headers
             .insert("user-agent".into(), "kube-probe".into());
-        let faults = vec!["http_status:status=503,scope=probe".parse().unwrap()];
-        let proxy = Proxy::new("h".into(), backend.to_string(), 1, options, faults).unwrap();
-        let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(proxy::serve(listener, proxy, Shutdown::never()));
+        let (addr, _) = common::serve(config, RunContext::new(1)).await;
         assert_eq!(
             curl(&format!("http://{addr}/"), &["-A", "kube-probe/1.29"])
                 .await

@@ -7,8 +7,7 @@ use std::{io, net::SocketAddr, sync::Arc, time::Duration};
 
 use common::{echo_server, http, http_backend, within};
 use snag::{
-    fault::Fault,
-    proxy::{self, Mode, Options, Proxy},
+    proxy::{self, Mode, Proxy, RunContext},
     shutdown::Shutdown,
 };
 use tokio::{
@@ -26,13 +25,10 @@ async fn two_listeners(
     let data = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let probes = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let (data_addr, probe_addr) = (data.local_addr().unwrap(), probes.local_addr().unwrap());
-    let options = Options {
-        mode,
-        probe_listen: Some(probe_addr),
-        ..Options::default()
-    };
-    let faults: Vec<Fault> = faults.iter().map(|f| f.parse().unwrap()).collect();
-    let proxy = Proxy::new("p".into(), upstream.to_string(), 1, options, faults).unwrap();
+    let mut config = common::config("p", upstream, faults);
+    config.mode = mode;
+    config.probe_listen = Some(probe_addr);
+    let proxy = Proxy::new(config, RunContext::new(1)).unwrap();
     tokio::spawn(proxy::serve(data, proxy.clone(), Shutdown::never()));
     tokio::spawn(proxy::serve_probes(
         probes,

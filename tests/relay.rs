@@ -4,9 +4,9 @@ mod common;
 
 use std::{io, time::Duration};
 
-use common::{echo_server, pattern, spawn_proxy, spawn_proxy_with, within};
+use common::{echo_server, pattern, spawn_proxy, within};
 use proptest::prelude::*;
-use snag::proxy::{Options, relay::OnUpstreamError};
+use snag::proxy::{RunContext, relay::OnUpstreamError};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -99,11 +99,9 @@ async fn refused_upstream_resets_the_client_or_closes_it() {
         let err = client.read(&mut [0; 8]).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
 
-        let options = Options {
-            on_upstream_error: OnUpstreamError::Close,
-            ..Options::default()
-        };
-        let (proxy, _) = spawn_proxy_with(dead, &[], 1, options).await;
+        let mut context = RunContext::new(1);
+        context.on_upstream_error = OnUpstreamError::Close;
+        let (proxy, _) = common::serve(common::config("p", dead, &[]), context).await;
         let mut client = TcpStream::connect(proxy).await.unwrap();
         assert_eq!(client.read(&mut [0; 8]).await.unwrap(), 0);
     })
@@ -209,7 +207,7 @@ proptest! {
         let data = pattern(len, seed);
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let got = runtime.block_on(within(30, async {
-            let (proxy, _) = spawn_proxy_with(echo_server().await, &specs, u64::from(seed), Options::default()).await;
+            let (proxy, _) = common::serve(common::config("p", echo_server().await, &specs), RunContext::new(u64::from(seed))).await;
             round_trip(proxy, &data).await
         }));
         prop_assert!(got == data, "chain {specs:?} changed {len} bytes");

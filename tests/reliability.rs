@@ -11,12 +11,12 @@ use std::{
     time::Duration,
 };
 
-use common::{echo_server, refused, spawn_proxy, spawn_proxy_with, within};
+use common::{echo_server, refused, spawn_proxy, within};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
-use snag::proxy::Options;
+use snag::proxy::RunContext;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -462,11 +462,9 @@ async fn upstreams_that_refuse_hang_or_die_are_seen_by_clients_and_counted() {
         // and answered together, not one timeout after another.
         let echo_addr = echo_server().await;
         let (hanging, _) = spawn_proxy(echo_addr, &["syn_drop"]).await;
-        let options = Options {
-            connect_timeout: Duration::from_millis(300),
-            ..Options::default()
-        };
-        let (proxy_addr, proxy) = spawn_proxy_with(hanging, &[], 1, options).await;
+        let mut context = RunContext::new(1);
+        context.connect_timeout = Duration::from_millis(300);
+        let (proxy_addr, proxy) = common::serve(common::config("p", hanging, &[]), context).await;
         let started = Instant::now();
         let clients: Vec<_> = (0..20)
             .map(|_| {
@@ -695,7 +693,11 @@ async fn every_byte_crosses_random_chains_of_byte_preserving_faults_both_ways() 
             .await
         });
         let specs: Vec<&str> = chain.iter().map(String::as_str).collect();
-        let (proxy, _) = spawn_proxy_with(backend, &specs, seed + run, Options::default()).await;
+        let (proxy, _) = common::serve(
+            common::config("p", backend, &specs),
+            RunContext::new(seed + run),
+        )
+        .await;
         let client = TcpStream::connect(proxy).await.unwrap();
         let what = format!("run {run} (SNAG_INTEGRITY_SEED={seed}), chain {chain:?}");
         let got_down = within(

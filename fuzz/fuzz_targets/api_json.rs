@@ -11,7 +11,7 @@ use hyper::Method;
 use libfuzzer_sys::fuzz_target;
 use snag::{
     api::{self, Api},
-    proxy::Options,
+    proxy::RunContext,
     shutdown::Shutdown,
 };
 
@@ -50,7 +50,7 @@ fuzz_target!(|input: &[u8]| {
             files: Some(files()),
             ..api::Settings::default()
         };
-        let api = Api::new(1, Options::default(), settings, shutdown.clone());
+        let api = Api::new(RunContext::new(1), settings, shutdown.clone());
         let setup = [
             (
                 "POST",

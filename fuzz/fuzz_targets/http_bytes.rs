@@ -8,8 +8,9 @@ use std::{net::SocketAddr, sync::OnceLock, time::Duration};
 use libfuzzer_sys::fuzz_target;
 use snag::{
     fault::Mode,
+    fault::config::ProxyConfig,
     lab::backend::{self, Backend, Config},
-    proxy::{self, Options, Proxy},
+    proxy::{self, Proxy, RunContext},
     shutdown::Shutdown,
 };
 use tokio::{
@@ -34,13 +35,11 @@ fn bench() -> &'static Bench {
                 Backend::new(Config::new("b")),
                 Shutdown::never(),
             ));
-            let options = Options {
-                mode: Mode::Http,
-                ..Options::default()
-            };
-            let faults = vec!["http_delay:delay=0,name=d".parse().expect("a fault")];
-            let proxy =
-                Proxy::new("p".into(), upstream.to_string(), 1, options, faults).expect("a proxy");
+            let any = "127.0.0.1:0".parse().expect("an address");
+            let mut config = ProxyConfig::new("p", any, upstream.to_string());
+            config.mode = Mode::Http;
+            config.faults = vec!["http_delay:delay=0,name=d".parse().expect("a fault")];
+            let proxy = Proxy::new(config, RunContext::new(1)).expect("a proxy");
             let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).expect("a port");
             let addr = listener.local_addr().expect("an address");
             tokio::spawn(proxy::serve(listener, proxy, Shutdown::never()));

@@ -17,7 +17,7 @@ use crate::{
     cli::DemoArgs,
     fault::file::{self, Action},
     lab::backend,
-    proxy::{Options, socket},
+    proxy::{RunContext, socket},
     shutdown::Shutdown,
 };
 
@@ -51,7 +51,7 @@ pub async fn run(args: DemoArgs, shutdown: Shutdown) -> anyhow::Result<()> {
 
     let stop = shutdown.child();
     let echo = socket::bind("127.0.0.1:0".parse().expect("a valid address"))?;
-    spec.upstream = echo.local_addr()?.to_string();
+    spec.config.upstream = echo.local_addr()?.to_string();
     tokio::spawn(backend::echo(echo, stop.clone()));
 
     let mut bounds: Vec<Duration> = spec.timeline.iter().map(|c| c.at).collect();
@@ -61,11 +61,11 @@ pub async fn run(args: DemoArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     bounds.push(end);
     let labels = phase_labels(spec, &bounds);
 
-    let running = crate::proxy::start(&scenario, seed, &Options::default(), &stop)?;
+    let running = crate::proxy::start(&scenario, &RunContext::new(seed), &stop)?;
     let target = running[0].addr;
     say!(
         "snag demo: echo backend {} ← proxy {target} ({}), seed {seed}",
-        scenario.proxies[0].upstream,
+        scenario.proxies[0].config.upstream,
         args.file.display()
     );
     say!(
@@ -185,8 +185,8 @@ fn line(label: &str, row: &[Seen]) -> String {
 
 /// The faults on during each phase, by replaying the timeline.
 fn phase_labels(spec: &file::ProxySpec, bounds: &[Duration]) -> Vec<String> {
-    let mut on: Vec<String> = spec.faults.iter().map(describe).collect();
-    let mut names: Vec<String> = spec.faults.iter().map(|f| f.name.clone()).collect();
+    let mut on: Vec<String> = spec.config.faults.iter().map(describe).collect();
+    let mut names: Vec<String> = spec.config.faults.iter().map(|f| f.name.clone()).collect();
     let mut labels = Vec::new();
     for window in bounds.windows(2) {
         for change in spec.timeline.iter().filter(|c| c.at == window[0]) {

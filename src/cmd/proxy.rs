@@ -13,7 +13,7 @@ use crate::{
         self,
         file::{ProxySpec, Scenario},
     },
-    proxy::{self, Options},
+    proxy::{self, RunContext},
     seed,
     shutdown::Shutdown,
 };
@@ -50,21 +50,16 @@ impl Evidence {
         Ok(Evidence { events, capture })
     }
 
-    /// Proxy options that send events and captures here.
-    fn options(
-        &self,
-        on_upstream_error: proxy::relay::OnUpstreamError,
-        connect_timeout: std::time::Duration,
-        shutdown_timeout: std::time::Duration,
-    ) -> Options {
-        Options {
-            on_upstream_error,
-            connect_timeout,
-            shutdown_timeout,
-            events: self.events.clone(),
-            capture: self.capture.clone(),
-            ..Options::default()
-        }
+    /// The run's context: `seed`, the flags' upstream and shutdown handling, and
+    /// events and captures sent here.
+    fn context(&self, seed: u64, flags: &cli::RunArgs) -> RunContext {
+        let mut context = RunContext::new(seed);
+        context.on_upstream_error = flags.on_upstream_error;
+        context.connect_timeout = flags.connect_timeout;
+        context.shutdown_timeout = flags.shutdown_timeout;
+        context.events = self.events.clone();
+        context.capture = self.capture.clone();
+        context
     }
 
     /// Writes out what is queued and closes both files.
@@ -120,11 +115,7 @@ pub async fn serve(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         _ => None,
     };
     let evidence = Evidence::open(&args.evidence, file_capture)?;
-    let options = evidence.options(
-        args.on_upstream_error,
-        args.connect_timeout,
-        args.shutdown_timeout,
-    );
+    let context = evidence.context(seed, &args.run);
     let listener = proxy::socket::bind(args.listen)
         .with_context(|| format!("control API: could not bind {}", args.listen))?;
     let metrics = api::Metrics {
@@ -137,7 +128,7 @@ pub async fn serve(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         files: Some(args.files_dir.clone()),
         header_timeout: args.header_timeout,
     };
-    let api = api::Api::new(seed, options, settings, shutdown.clone());
+    let api = api::Api::new(context, settings, shutdown.clone());
     match scenario {
         Some(Err(inputs)) => api.populate(inputs).await.context("config")?,
         Some(Ok(scenario)) => api.load(&scenario, &shutdown).await.context("config")?,
@@ -160,19 +151,8 @@ pub async fn run(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> {
             seed: None,
             capture: None,
             proxies: vec![ProxySpec {
-                name: args.name.clone(),
-                listen: args.listen.context("--listen is required without --file")?,
-                upstream: args
-                    .upstream
-                    .clone()
-                    .context("--upstream is required without --file")?,
-                faults: args.faults.clone(),
+                config: args.config()?,
                 timeline: Vec::new(),
-                mode: args.mode,
-                probe: args.probe_rules(),
-                probe_listen: args.probe_listen,
-                id_headers: (!args.id_headers.is_empty()).then(|| args.id_headers.clone()),
-                instance: args.instance.clone(),
             }],
         },
     };
@@ -182,12 +162,8 @@ pub async fn run(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         seed
     });
     let evidence = Evidence::open(&args.evidence, scenario.capture.clone())?;
-    let options = evidence.options(
-        args.on_upstream_error,
-        args.connect_timeout,
-        args.shutdown_timeout,
-    );
-    let running = proxy::start(&scenario, seed, &options, &shutdown)?;
+    let context = evidence.context(seed, &args.run);
+    let running = proxy::start(&scenario, &context, &shutdown)?;
     if let (Some(spec), Some(first)) = (args.drain, running.first()) {
         let proxy = first.proxy.clone();
         let shutdown = shutdown.clone();

@@ -9,7 +9,7 @@ use std::{collections::HashSet, net::SocketAddr, path::Path, time::Duration};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Direction, Fault, Kind, Mode, ProbeRules, drain::Drain};
+use super::{Direction, Fault, Kind, Mode, ProbeRules, config::ProxyConfig, drain::Drain};
 
 /// A fault file that could not be used: where, and why.
 #[derive(Debug, thiserror::Error)]
@@ -50,26 +50,10 @@ pub struct Scenario {
 /// One proxy of a fault file.
 #[derive(Debug, Clone)]
 pub struct ProxySpec {
-    /// Unique in the file.
-    pub name: String,
-    /// Where it listens; port 0 lets the OS choose.
-    pub listen: SocketAddr,
-    /// Where it connects, `host:port`.
-    pub upstream: String,
-    /// Faults on from the start, in order.
-    pub faults: Vec<Fault>,
+    /// The proxy, its first faults included.
+    pub config: ProxyConfig,
     /// Changes at offsets from the start, sorted by offset.
     pub timeline: Vec<Change>,
-    /// Bytes or HTTP.
-    pub mode: Mode,
-    /// HTTP mode: which requests are probes.
-    pub probe: ProbeRules,
-    /// A second listener that carries only health probes.
-    pub probe_listen: Option<SocketAddr>,
-    /// HTTP mode: request headers carrying a transaction id; `None` keeps the defaults.
-    pub id_headers: Option<Vec<String>>,
-    /// HTTP mode: the backend's expected `x-instance`; `None`: the proxy's name.
-    pub instance: Option<String>,
 }
 
 /// One timeline entry.
@@ -310,17 +294,18 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
                 Action::Drain(_) | Action::Undrain => {}
             }
         }
+        let mut config = ProxyConfig::new(name, listen, upstream);
+        config.mode = proxy.mode;
+        config.probe = proxy.probe;
+        config.probe_listen = probe_listen;
+        if let Some(headers) = &proxy.id_headers {
+            config.set_id_headers(headers);
+        }
+        config.instance = proxy.instance;
+        config.faults = faults;
         proxies.push(ProxySpec {
-            name,
-            listen,
-            upstream,
-            faults,
+            config,
             timeline: timeline.into_iter().map(|(_, c)| c).collect(),
-            mode: proxy.mode,
-            probe: proxy.probe,
-            probe_listen,
-            id_headers: proxy.id_headers,
-            instance: proxy.instance,
         });
     }
     let capture = def.capture.map(|c| crate::capture::Settings {
@@ -447,7 +432,7 @@ remove = "latency_downstream"
         let s = parse("good.toml", GOOD).unwrap();
         assert_eq!(s.seed, Some(7));
         let p = &s.proxies[0];
-        assert_eq!(p.faults[0].name, "latency_downstream");
+        assert_eq!(p.config.faults[0].name, "latency_downstream");
         assert_eq!(
             p.timeline[0],
             Change {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::Kind;
 
 /// What a proxy understands of the traffic it relays.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Bytes: the TCP fault stages.
@@ -29,6 +29,17 @@ impl Mode {
         match self {
             Mode::Tcp => "tcp",
             Mode::Http => "http",
+        }
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "tcp" => Ok(Mode::Tcp),
+            "http" => Ok(Mode::Http),
+            _ => Err(format!("mode `{s}` is neither tcp nor http")),
         }
     }
 }

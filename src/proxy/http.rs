@@ -63,8 +63,8 @@ pub type Upstream = Client<Connector, Incoming>;
 pub fn upstream(proxy: &Proxy) -> Upstream {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
-    http.set_connect_timeout(Some(proxy.options().connect_timeout));
-    let tap = proxy.options().capture.as_ref().and_then(|c| c.sender());
+    http.set_connect_timeout(Some(proxy.context().connect_timeout));
+    let tap = proxy.context().capture.as_ref().and_then(|c| c.sender());
     let connector = Connector {
         http,
         tap,
@@ -190,7 +190,7 @@ pub async fn handle(
     let h2 = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Captured as a client leg of its own: upstream connections are pooled and shared.
     let tap = proxy
-        .options()
+        .context()
         .capture
         .as_ref()
         .and_then(|c| c.sender())
@@ -307,7 +307,7 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
         Scope::Probe
     } else {
         proxy
-            .options()
+            .config()
             .probe
             .classify(req.method().as_str(), req.uri().path(), |name| {
                 headers.get(name).and_then(|v| v.to_str().ok())
@@ -331,7 +331,7 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
         Class::Data
     };
     counters.request(counted, proxy.draining().is_some());
-    for name in &proxy.options().id_headers {
+    for name in &proxy.config().id_headers {
         if let Some(id) = req
             .headers()
             .get(name.as_str())
@@ -459,7 +459,7 @@ async fn respond(
         .get("x-instance")
         .and_then(|v| v.to_str().ok())
     {
-        let expected = proxy.options().instance.as_deref().unwrap_or(&proxy.name);
+        let expected = proxy.config().instance.as_deref().unwrap_or(&proxy.name);
         proxy.counters().instance(instance, expected);
     }
     let hooks = || faults.iter().filter_map(|f| f.kind.http());

@@ -48,7 +48,7 @@ pub(super) async fn serve(
     let mut retry_at: Option<tokio::time::Instant> = None;
     let what = format!("{} {addr}", proxy.name);
     let tracker = TaskTracker::new();
-    let http = (proxy.options.mode == Mode::Http).then(|| super::http::upstream(&proxy));
+    let http = (proxy.config.mode == Mode::Http).then(|| super::http::upstream(&proxy));
     info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream(), "listening");
     loop {
         let fault_state = fault_state(&faults.borrow_and_update(), class);
@@ -136,7 +136,7 @@ pub(super) async fn serve(
     let grace = if shutdown.is_closed() {
         Duration::ZERO
     } else {
-        proxy.options.shutdown_timeout
+        proxy.context.shutdown_timeout
     };
     if grace.is_zero() {
         proxy.each_conn(|c| c.shutdown());

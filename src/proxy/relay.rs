@@ -63,13 +63,24 @@ pub enum Ending {
 }
 
 /// What to do to the client when the upstream refuses or resets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnUpstreamError {
     /// RST the client, as a direct connection would have seen.
     #[default]
     Reset,
     /// Close the client with FIN.
     Close,
+}
+
+impl std::str::FromStr for OnUpstreamError {
+    type Err = String;
+    fn from_str(s: &str) -> Result<OnUpstreamError, String> {
+        match s {
+            "reset" => Ok(OnUpstreamError::Reset),
+            "close" => Ok(OnUpstreamError::Close),
+            _ => Err(format!("`{s}` is neither reset nor close")),
+        }
+    }
 }
 
 /// Totals of one relayed connection.

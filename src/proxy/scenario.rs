@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::time::Instant;
 
-use super::{Options, Proxy};
+use super::{Proxy, RunContext};
 use crate::{
     fault::file::{Action, Change, Scenario},
     shutdown::Shutdown,
@@ -24,45 +24,33 @@ pub struct Running {
     pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
-/// Binds and serves every proxy of `scenario`, and plays each one's timeline from now.
+/// Binds and serves every proxy of `scenario` in run `context`, and plays each one's
+/// timeline from now.
 pub fn start(
     scenario: &Scenario,
-    seed: u64,
-    options: &Options,
+    context: &RunContext,
     shutdown: &Shutdown,
 ) -> anyhow::Result<Vec<Running>> {
     let mut running = Vec::new();
     let t0 = Instant::now();
     for spec in &scenario.proxies {
-        let listener = super::socket::bind(spec.listen)
-            .with_context(|| format!("proxy `{}`: could not bind {}", spec.name, spec.listen))?;
+        let mut config = spec.config.clone();
+        let name = &spec.config.name;
+        let listener = super::socket::bind(config.listen)
+            .with_context(|| format!("proxy `{name}`: could not bind {}", config.listen))?;
         let addr = listener.local_addr()?;
-        let probes = match spec.probe_listen {
+        let probes = match config.probe_listen {
             Some(at) => Some(super::socket::bind(at).with_context(|| {
-                format!(
-                    "proxy `{}`: could not bind the probe listener {at}",
-                    spec.name
-                )
+                format!("proxy `{name}`: could not bind the probe listener {at}")
             })?),
             None => None,
         };
         let probe_addr = probes.as_ref().map(|l| l.local_addr()).transpose()?;
-        let mut options = options.clone();
-        options.mode = spec.mode;
-        options.probe = spec.probe.clone();
-        if let Some(headers) = &spec.id_headers {
-            options.id_headers = headers.iter().map(|h| h.to_ascii_lowercase()).collect();
-        }
-        options.instance = spec.instance.clone();
-        options.probe_listen = probe_addr;
-        let proxy = Proxy::new(
-            spec.name.clone(),
-            spec.upstream.clone(),
-            seed,
-            options,
-            spec.faults.clone(),
-        )
-        .map_err(|e| crate::UsageError(format!("proxy `{}`: {e}", spec.name)))?;
+        // The addresses it is bound to, where port 0 let the OS choose.
+        config.listen = addr;
+        config.probe_listen = probe_addr;
+        let proxy = Proxy::new(config, context.clone())
+            .map_err(|e| crate::UsageError(format!("proxy `{name}`: {e}")))?;
         let task = tokio::spawn(super::serve_all(
             listener,
             probes,
@@ -155,14 +143,7 @@ mod tests {
         )
         .unwrap();
         let spec = &scenario.proxies[0];
-        let proxy = Proxy::new(
-            "p".into(),
-            spec.upstream.clone(),
-            1,
-            Options::default(),
-            vec![],
-        )
-        .unwrap();
+        let proxy = Proxy::new(spec.config.clone(), RunContext::new(1)).unwrap();
         let t0 = Instant::now();
         tokio::spawn(play(
             proxy.clone(),
@@ -208,14 +189,7 @@ mod tests {
         )
         .unwrap();
         let spec = &scenario.proxies[0];
-        let proxy = Proxy::new(
-            "p".into(),
-            spec.upstream.clone(),
-            1,
-            Options::default(),
-            vec![],
-        )
-        .unwrap();
+        let proxy = Proxy::new(spec.config.clone(), RunContext::new(1)).unwrap();
         let stop = Shutdown::never().child();
         let t0 = Instant::now();
         let playing = tokio::spawn(play(proxy.clone(), spec.timeline.clone(), t0, stop.clone()));

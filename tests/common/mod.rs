@@ -5,8 +5,8 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use snag::{
     api,
-    fault::Fault,
-    proxy::{self, Options, Proxy},
+    fault::config::ProxyConfig,
+    proxy::{self, Proxy, RunContext},
     shutdown::Shutdown,
 };
 use tokio::net::TcpListener;
@@ -36,7 +36,7 @@ pub fn refusing_port() -> (SocketAddr, socket2::Socket) {
 pub async fn spawn_api(settings: api::Settings, scenario: Option<&str>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let api = api::Api::new(1, Options::default(), settings, Shutdown::never());
+    let api = api::Api::new(RunContext::new(1), settings, Shutdown::never());
     if let Some(text) = scenario {
         let scenario = snag::fault::file::parse("test.toml", text).unwrap();
         api.load(&scenario, &Shutdown::never()).await.unwrap();
@@ -55,24 +55,26 @@ pub fn json(reply: &HttpReply) -> serde_json::Value {
     serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {:?}", reply.body))
 }
 
-/// A proxy to `upstream` with `faults` (inline specs), seeded with `seed`.
-pub async fn spawn_proxy_with(
-    upstream: SocketAddr,
-    faults: &[&str],
-    seed: u64,
-    options: Options,
-) -> (SocketAddr, Arc<Proxy>) {
-    let faults: Vec<Fault> = faults.iter().map(|f| f.parse().unwrap()).collect();
-    let proxy = Proxy::new("p".into(), upstream.to_string(), seed, options, faults).unwrap();
-    let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+/// A TCP proxy named `name` to `upstream` with `faults` (inline specs), listening
+/// on an OS-chosen loopback port.
+pub fn config(name: &str, upstream: SocketAddr, faults: &[&str]) -> ProxyConfig {
+    let mut config = ProxyConfig::new(name, "127.0.0.1:0".parse().unwrap(), upstream.to_string());
+    config.faults = faults.iter().map(|f| f.parse().unwrap()).collect();
+    config
+}
+
+/// Serves the proxy `config` describes, in `context`, until the test ends.
+pub async fn serve(config: ProxyConfig, context: RunContext) -> (SocketAddr, Arc<Proxy>) {
+    let listener = proxy::socket::bind(config.listen).unwrap();
     let addr = listener.local_addr().unwrap();
+    let proxy = Proxy::new(config, context).unwrap();
     tokio::spawn(proxy::serve(listener, proxy.clone(), Shutdown::never()));
     (addr, proxy)
 }
 
-/// A proxy to `upstream` with `faults` (inline specs), seed 1, default options.
+/// A TCP proxy to `upstream` with `faults` (inline specs), seed 1.
 pub async fn spawn_proxy(upstream: SocketAddr, faults: &[&str]) -> (SocketAddr, Arc<Proxy>) {
-    spawn_proxy_with(upstream, faults, 1, Options::default()).await
+    serve(config("p", upstream, faults), RunContext::new(1)).await
 }
 
 /// Waits (at most 2 s) until connecting to `addr` is refused: the listener closed.

@@ -1,0 +1,277 @@
+//! The balancer under test, built-in or a real product, started, stopped, killed
+//! and restarted, and its view of each backend.
+
+use super::*;
+
+/// A running balancer, which a case may stop and start again.
+#[derive(Debug)]
+pub struct BalancerHandle {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its state.
+    pub balancer: Arc<Balancer>,
+    /// Seconds into the case when it started.
+    pub started_s: f64,
+    stop: Shutdown,
+}
+
+/// A balancer started again by [`Bench::kill_and_restart`].
+#[derive(Debug)]
+pub enum Restarted {
+    /// The built-in one.
+    Builtin(BalancerHandle),
+    /// HAProxy or nginx, and when it listened again (case seconds).
+    External(Arc<External>, f64),
+}
+
+/// The balancer under test, whichever it is.
+#[derive(Debug, Clone)]
+pub enum Lb {
+    /// snag's reference balancer, in process.
+    Builtin(Arc<Balancer>),
+    /// HAProxy or nginx.
+    External(Arc<External>),
+}
+
+impl Lb {
+    /// Takes backend `id` out of rotation, or puts it back, the product's way.
+    pub async fn set_draining(&self, id: &str, draining: bool) -> anyhow::Result<()> {
+        match self {
+            Lb::Builtin(b) => {
+                anyhow::ensure!(b.set_draining(id, draining), "no backend {id:?}");
+                Ok(())
+            }
+            Lb::External(e) => e.set_draining(id, draining).await,
+        }
+    }
+
+    /// After a drain, takes backend `id` out entirely where the product has such a
+    /// state (HAProxy's `maint`); elsewhere the drain already did.
+    pub async fn set_maintenance(&self, id: &str) -> anyhow::Result<()> {
+        match self {
+            Lb::Builtin(_) => Ok(()),
+            Lb::External(e) => e.set_maintenance(id).await,
+        }
+    }
+
+    /// Requests the balancer retried on another server; `None` where the product
+    /// does not count them (nginx).
+    pub async fn retries(&self) -> Option<u64> {
+        match self {
+            Lb::Builtin(b) => b.stats()["retries"].as_u64(),
+            Lb::External(e) => e.retries().await,
+        }
+    }
+
+    /// The built-in balancer's own figures, where the case reads them.
+    pub fn builtin(&self) -> Option<&Arc<Balancer>> {
+        match self {
+            Lb::Builtin(b) => Some(b),
+            Lb::External(_) => None,
+        }
+    }
+}
+
+/// A change of a backend's state, as the balancer logged it.
+#[derive(Debug, Clone)]
+pub struct Transition {
+    /// Seconds into the case.
+    pub at_s: f64,
+    /// The state it left.
+    pub from: String,
+    /// The state it entered.
+    pub to: String,
+    /// Why.
+    pub why: String,
+}
+
+impl Bench {
+    /// Backend `name`'s state changes, as the latest balancer logged them.
+    pub fn transitions(&self, name: &str) -> Vec<Transition> {
+        if let Some(external) = self.externals.last() {
+            return external
+                .seen()
+                .into_iter()
+                .filter(|s| s.id == name)
+                .map(|s| Transition {
+                    at_s: s.at.saturating_duration_since(self.t0).as_secs_f64(),
+                    from: state_word(&s.from),
+                    to: state_word(&s.to),
+                    why: format!("{} reported {}", external.product, s.to),
+                })
+                .collect();
+        }
+        let Some(handle) = self.balancers.last() else {
+            return Vec::new();
+        };
+        let stats = handle.balancer.stats();
+        stats["backends"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["id"] == name)
+            .flat_map(|b| b["transitions"].as_array().cloned().unwrap_or_default())
+            .map(|t| Transition {
+                at_s: handle.started_s + t["at_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+                from: t["from"].as_str().unwrap_or_default().into(),
+                to: t["to"].as_str().unwrap_or_default().into(),
+                why: t["why"].as_str().unwrap_or_default().into(),
+            })
+            .collect()
+    }
+
+    /// Starts the reference balancer over the parts: data to each interposer's data
+    /// listener, health checks to its probe listener.
+    pub async fn balancer(
+        &mut self,
+        tune: impl FnOnce(&mut balancer::Config),
+    ) -> anyhow::Result<(SocketAddr, Lb)> {
+        let mut config = self.balancer_config();
+        tune(&mut config);
+        if self.product == Product::Builtin {
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            let (addr, balancer) = self.serve_balancer(listener, |c| *c = config)?;
+            return Ok((addr, Lb::Builtin(balancer)));
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "snag-{}-{}-{}-{}",
+            std::process::id(),
+            self.case.name,
+            self.product,
+            self.t0.elapsed().as_nanos()
+        ));
+        let external =
+            External::start(self.product, &config, &dir, None, self.shutdown.child()).await?;
+        self.externals.push(external.clone());
+        Ok((external.addr, Lb::External(external)))
+    }
+
+    /// The balancer over the parts, before a case tunes it.
+    fn balancer_config(&self) -> balancer::Config {
+        let backends = self
+            .parts
+            .iter()
+            .map(|p| BackendSpec {
+                id: p.name.clone(),
+                addr: p.data,
+                weight: 1,
+                check: Some(p.probe),
+            })
+            .collect();
+        balancer::Config::new(backends, self.seed)
+    }
+
+    fn serve_balancer(
+        &mut self,
+        listener: TcpListener,
+        tune: impl FnOnce(&mut balancer::Config),
+    ) -> anyhow::Result<(SocketAddr, Arc<Balancer>)> {
+        let mut config = self.balancer_config();
+        tune(&mut config);
+        let addr = listener.local_addr()?;
+        let balancer = Balancer::new(config);
+        let stop = self.shutdown.child();
+        tokio::spawn(balancer::serve(listener, balancer.clone(), stop.clone()));
+        self.balancers.push(BalancerHandle {
+            addr,
+            balancer: balancer.clone(),
+            started_s: self.now_s(),
+            stop,
+        });
+        Ok((addr, balancer))
+    }
+
+    /// Kills the balancer at `kill_s` (case seconds) as if its node died — the
+    /// built-in one loses its listener and every client connection, HAProxy and nginx
+    /// get SIGKILL — and starts the same configuration again on the same address at
+    /// `back_s`, beside whatever the case does meanwhile. Await the handle, then give
+    /// its result to [`Bench::adopt`].
+    pub fn kill_and_restart(
+        &self,
+        kill_s: f64,
+        back_s: f64,
+    ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<Restarted>>> {
+        let (kill, back, token, t0) = (
+            self.instant(kill_s),
+            self.instant(back_s),
+            self.shutdown.child(),
+            self.t0,
+        );
+        if let Some(old) = self.externals.last().cloned() {
+            let dir = std::env::temp_dir().join(format!(
+                "snag-{}-{}-{}-again-{}",
+                std::process::id(),
+                self.case.name,
+                self.product,
+                self.t0.elapsed().as_nanos()
+            ));
+            return Ok(tokio::spawn(async move {
+                tokio::time::sleep_until(kill).await;
+                old.kill_now().await;
+                tokio::time::sleep_until(back).await;
+                let config = old.config().clone();
+                let again =
+                    External::start(old.product, &config, &dir, Some(old.addr), token).await?;
+                Ok(Restarted::External(again, t0.elapsed().as_secs_f64()))
+            }));
+        }
+        let old = self.balancers.last().context("no balancer to kill")?;
+        let (addr, stop, config) = (old.addr, old.stop.clone(), old.balancer.config().clone());
+        Ok(tokio::spawn(async move {
+            tokio::time::sleep_until(kill).await;
+            stop.trigger();
+            tokio::time::sleep_until(back).await;
+            // The old listener closes as its task ends: try for a second.
+            let deadline = Instant::now() + Duration::from_secs(1);
+            let listener = loop {
+                match TcpListener::bind(addr).await {
+                    Ok(listener) => break listener,
+                    Err(_) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(5)).await
+                    }
+                    Err(err) => {
+                        return Err(err).with_context(|| format!("could not bind {addr} again"));
+                    }
+                }
+            };
+            let balancer = Balancer::new(config);
+            tokio::spawn(balancer::serve(listener, balancer.clone(), token.clone()));
+            Ok(Restarted::Builtin(BalancerHandle {
+                addr,
+                balancer,
+                started_s: t0.elapsed().as_secs_f64(),
+                stop: token,
+            }))
+        }))
+    }
+
+    /// Takes a balancer started outside the bench into its evidence; when it started.
+    pub fn adopt(&mut self, restarted: Restarted) -> f64 {
+        let at_s = match restarted {
+            Restarted::Builtin(handle) => {
+                let at_s = handle.started_s;
+                self.balancers.push(handle);
+                at_s
+            }
+            Restarted::External(external, at_s) => {
+                self.externals.push(external);
+                at_s
+            }
+        };
+        self.report.events.push(Event {
+            at_s,
+            what: "balancer started again".into(),
+        });
+        at_s
+    }
+}
+
+/// A product's word for a backend's state, in the built-in balancer's words.
+fn state_word(word: &str) -> String {
+    match word {
+        "UP" => "up".into(),
+        "DOWN" => "down".into(),
+        "DRAIN" | "NOLB" => "draining".into(),
+        other => other.to_lowercase(),
+    }
+}

@@ -1,0 +1,154 @@
+//! What a case records (checks, figures, notes, events) and how it ends: the
+//! evidence gathered from every part, the verdict, and every part stopped.
+
+use super::*;
+
+impl Bench {
+    /// Records an assertion of the property.
+    pub fn check(&mut self, what: impl Into<String>, passed: bool, detail: impl Into<String>) {
+        self.report.checks.push(Check {
+            what: what.into(),
+            passed,
+            detail: detail.into(),
+        });
+    }
+
+    /// Records a figure: a label and a value with its unit.
+    pub fn figure(&mut self, label: impl Into<String>, value: impl Into<String>) {
+        self.report.figures.push((label.into(), value.into()));
+    }
+
+    /// Records something a reader should know.
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.report.notes.push(note.into());
+    }
+
+    /// Records an event at `at_s` seconds into the case.
+    pub fn report_event(&mut self, at_s: f64, what: impl Into<String>) {
+        self.report.events.push(Event {
+            at_s,
+            what: what.into(),
+        });
+    }
+
+    /// Records an event now.
+    pub fn event(&mut self, what: impl Into<String>) {
+        let at_s = self.now_s();
+        self.report.events.push(Event {
+            at_s,
+            what: what.into(),
+        });
+    }
+
+    /// Ends the case: gathers the balancer's transitions and the interposers'
+    /// accounting, decides the verdict, and stops every part.
+    pub async fn finish(mut self, result: anyhow::Result<()>) -> CaseReport {
+        for external in &self.externals {
+            external.stop().await;
+        }
+        for external in &self.externals {
+            for (at, line) in external.logged() {
+                self.report.events.push(Event {
+                    at_s: at.saturating_duration_since(self.t0).as_secs_f64(),
+                    what: format!("{} log: {line}", external.product),
+                });
+            }
+            external.clean();
+        }
+        if let Err(err) = result {
+            if let Some(unsupported) = err.downcast_ref::<Unsupported>() {
+                self.report.verdict = Verdict::Unsupported;
+                self.report.notes.push(unsupported.to_string());
+            } else {
+                self.report.verdict = Verdict::Error;
+                self.report
+                    .notes
+                    .push(format!("the case could not run: {err:#}"));
+            }
+        } else if self.shutdown.is_triggered() {
+            self.report.verdict = Verdict::Error;
+            self.report.notes.push("interrupted".into());
+        }
+        for handle in &self.balancers {
+            let stats = handle.balancer.stats();
+            for b in stats["backends"].as_array().into_iter().flatten() {
+                for t in b["transitions"].as_array().into_iter().flatten() {
+                    self.report.events.push(Event {
+                        at_s: handle.started_s + t["at_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+                        what: format!(
+                            "balancer: {} {} → {} ({})",
+                            b["id"].as_str().unwrap_or("?"),
+                            t["from"].as_str().unwrap_or("?"),
+                            t["to"].as_str().unwrap_or("?"),
+                            t["why"].as_str().unwrap_or("")
+                        ),
+                    });
+                }
+            }
+            self.report.balancer = stats;
+        }
+        for external in &self.externals {
+            for seen in external.seen() {
+                self.report.events.push(Event {
+                    at_s: seen.at.saturating_duration_since(self.t0).as_secs_f64(),
+                    what: format!(
+                        "{}: {} {} → {}",
+                        external.product, seen.id, seen.from, seen.to
+                    ),
+                });
+            }
+        }
+        self.report.events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        let mut shares: Vec<(String, u64)> = Vec::new();
+        for run in &self.report.runs {
+            for s in &run.load.backends {
+                match shares.iter_mut().find(|(n, _)| *n == s.name) {
+                    Some((_, n)) => *n += s.by_backend.max(s.by_instance),
+                    None => shares.push((s.name.clone(), s.by_backend.max(s.by_instance))),
+                }
+            }
+        }
+        shares.retain(|(n, _)| n != "none");
+        shares.sort();
+        let total: u64 = shares.iter().map(|(_, n)| n).sum();
+        self.report.shares = shares
+            .into_iter()
+            .map(|(n, c)| (n, 100.0 * c as f64 / total.max(1) as f64))
+            .collect();
+        self.report.interposers = self
+            .parts
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    serde_json::to_value(p.proxy.counters().snapshot()).unwrap_or_default(),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        if !self.parts.is_empty() {
+            let stats: Vec<_> = self
+                .parts
+                .iter()
+                .map(|p| p.proxy.counters().snapshot())
+                .collect();
+            let opened: u64 = stats.iter().map(|s| s.connections).sum();
+            let peak = stats
+                .iter()
+                .flat_map(|s| s.new_connections_per_second.iter().copied())
+                .max()
+                .unwrap_or(0);
+            self.report.figures.push((
+                "connections".into(),
+                format!("{opened} opened to the backends; at most {peak} new in one second at one backend"),
+            ));
+        }
+        self.report.elapsed_s = self.now_s();
+        if let (Some(start), Some(end)) = (self.host, crate::host::Mark::now()) {
+            self.report.host = Some(start.until(&end));
+        }
+        self.report.decide();
+        self.shutdown.trigger();
+        self.report
+    }
+}

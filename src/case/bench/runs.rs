@@ -1,0 +1,87 @@
+//! The load generator's runs within a case, each recorded in the report.
+
+use super::*;
+
+impl Bench {
+    /// A plan against `addr` with the case's seed and a 2 s deadline, so that no
+    /// request outlives the case.
+    pub fn plan(&self, addr: SocketAddr, path: &str) -> Plan {
+        let mut plan = Plan::new(Target {
+            addr,
+            host: addr.to_string(),
+            path: path.into(),
+        });
+        plan.seed = self.seed;
+        plan.deadline = Some(Duration::from_secs(2));
+        plan
+    }
+
+    /// Runs the generator, printing progress once a second, and keeps its report.
+    pub async fn load(&mut self, label: &str, plan: Plan) -> load::Report {
+        let started_s = self.now_s();
+        let tty = std::io::stderr().is_terminal();
+        let (name, total) = (self.case.name, plan.watch.max(plan.duration).as_secs_f64());
+        let (mut sent, mut ok, mut errors) = (0, 0, 0);
+        let report = load::run(plan, self.shutdown.clone(), |row| {
+            sent += row.sent;
+            ok += row.ok;
+            errors += row.errors.values().sum::<u64>();
+            let line = format!(
+                "{name} · {label}: {:>3} of {total:.0} s, sent {sent}, ok {ok}, errors {errors}",
+                (row.second + 1).min(total.ceil() as usize)
+            );
+            if tty {
+                eprint!("\r{line:<78}");
+            } else {
+                eprintln!("{line}");
+            }
+        })
+        .await;
+        if tty {
+            eprint!("\r{:78}\r", "");
+        }
+        self.report.runs.push(Run {
+            label: label.into(),
+            started_s,
+            load: report.clone(),
+        });
+        report
+    }
+
+    /// Runs several plans at once (progress shows the first) and keeps their reports.
+    pub async fn loads(&mut self, plans: Vec<(String, Plan)>) -> Vec<load::Report> {
+        let started_s = self.now_s();
+        let shutdown = self.shutdown.clone();
+        let runs = plans
+            .iter()
+            .map(|(_, plan)| load::run(plan.clone(), shutdown.clone(), |_| {}));
+        let reports = futures_join(runs.collect()).await;
+        for ((label, _), report) in plans.iter().zip(&reports) {
+            self.report.runs.push(Run {
+                label: label.clone(),
+                started_s,
+                load: report.clone(),
+            });
+        }
+        reports
+    }
+
+    /// The instant `at_s` seconds into the case, for parts a case drives on its own.
+    pub fn instant(&self, at_s: f64) -> Instant {
+        self.t0 + Duration::from_secs_f64(at_s.max(0.0))
+    }
+}
+
+/// Awaits every future, each in its own task so that they run at once.
+async fn futures_join<F>(futures: Vec<F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("a load run does not panic"));
+    }
+    out
+}
