@@ -118,15 +118,22 @@ mod tests {
         proxy.faults().into_iter().map(|f| f.name).collect()
     }
 
+    /// A proxy `p` to a port nobody serves, not listening, and `timeline` (TOML
+    /// `[[proxy.timeline]]` tables) parsed as a fault file would have it.
+    fn proxy_with(timeline: &str) -> (Arc<Proxy>, Vec<Change>) {
+        let text = format!(
+            "[[proxy]]\nname = \"p\"\nlisten = \"127.0.0.1:0\"\nupstream = \"127.0.0.1:1\"\n{timeline}"
+        );
+        let mut scenario = file::parse("t.toml", &text).unwrap();
+        let spec = scenario.proxies.remove(0);
+        let proxy = Proxy::new(spec.config, RunContext::new(1)).unwrap();
+        (proxy, spec.timeline)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_timeline_applies_each_step_at_its_offset_and_not_before() {
-        let scenario = file::parse(
-            "t.toml",
+        let (proxy, timeline) = proxy_with(
             r#"
-            [[proxy]]
-            name = "p"
-            listen = "127.0.0.1:0"
-            upstream = "127.0.0.1:1"
             [[proxy.timeline]]
             at = "2s"
             add = { name = "cut", type = "reset_peer" }
@@ -140,17 +147,9 @@ mod tests {
             at = "12s"
             undrain = true
             "#,
-        )
-        .unwrap();
-        let spec = &scenario.proxies[0];
-        let proxy = Proxy::new(spec.config.clone(), RunContext::new(1)).unwrap();
+        );
         let t0 = Instant::now();
-        tokio::spawn(play(
-            proxy.clone(),
-            spec.timeline.clone(),
-            t0,
-            Shutdown::never(),
-        ));
+        tokio::spawn(play(proxy.clone(), timeline, t0, Shutdown::never()));
         let at = |ms: u64| t0 + Duration::from_millis(ms);
 
         sleep_until(at(1999)).await;
@@ -175,24 +174,16 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_timeline_stops_on_shutdown_with_steps_left() {
-        let scenario = file::parse(
-            "t.toml",
+        let (proxy, timeline) = proxy_with(
             r#"
-            [[proxy]]
-            name = "p"
-            listen = "127.0.0.1:0"
-            upstream = "127.0.0.1:1"
             [[proxy.timeline]]
             at = "5s"
             add = { type = "down" }
             "#,
-        )
-        .unwrap();
-        let spec = &scenario.proxies[0];
-        let proxy = Proxy::new(spec.config.clone(), RunContext::new(1)).unwrap();
+        );
         let stop = Shutdown::never().child();
         let t0 = Instant::now();
-        let playing = tokio::spawn(play(proxy.clone(), spec.timeline.clone(), t0, stop.clone()));
+        let playing = tokio::spawn(play(proxy.clone(), timeline, t0, stop.clone()));
         sleep_until(t0 + Duration::from_secs(1)).await;
         stop.trigger();
         playing.await.unwrap();
