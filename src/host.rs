@@ -12,8 +12,9 @@ use serde::Serialize;
 const TICKS_PER_S: f64 = 100.0;
 
 /// Other programs averaging this many cores or more leave a 2-core machine too busy
-/// to judge timing and share properties: half a core is a quarter of its capacity.
-pub const BUSY_CORES: f64 = 0.5;
+/// to judge timing and throughput properties: a quarter of a core is an eighth of
+/// its capacity, and a compiler beside the cases took about half a core.
+pub const BUSY_CORES: f64 = 0.25;
 
 /// CPU times read at one instant.
 #[derive(Debug, Clone, Copy)]

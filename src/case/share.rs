@@ -168,11 +168,16 @@ async fn slow(b: &mut Bench, strategy: Strategy) -> anyhow::Result<()> {
             let level =
                 shares.len() == 3 && shares.iter().all(|(_, s)| (s - 100.0 / 3.0).abs() <= 1.0);
             b.check("shares stay within ±1% of 33.3%", level, listed(&shares));
+            // Round robin sends every third request to c: with 12 connections it
+            // cannot answer more than 3 × 12 per 50 ms, however fast a and b are.
+            // (How far that is below the identical run depends on the CPU: 0.4× here
+            // on a quiet machine, 0.6× beside two busy loops; the source's 0.08×.)
+            let cap = 3.0 * 12.0 / 0.050;
             b.check(
-                "throughput falls below half",
-                drop < 0.5,
+                "throughput collapses to what the slow instance allows",
+                slow.requests_per_s <= cap * 1.05,
                 format!(
-                    "{:.0} → {:.0} ok/s",
+                    "{:.0} → {:.0} ok/s; at most {cap:.0} with every third request 50 ms slow",
                     even.requests_per_s, slow.requests_per_s
                 ),
             );

@@ -261,18 +261,45 @@ impl Plan {
         })
     }
 
-    /// Requests offered between `t0` and `t1`: the rate's integral (0 in a closed loop).
+    /// Requests offered between `t0` and `t1`: the rate's integral (0 in a closed loop),
+    /// exact across the shape's edges, so the counts of consecutive windows add up to
+    /// the whole (a numeric sum lost up to a quarter of a request at each edge, and
+    /// the run one request).
     pub fn offered(&self, t0: Duration, t1: Duration) -> f64 {
+        let Arrivals::Open { rate, shape } = &self.arrivals else {
+            return 0.0;
+        };
         if t1 <= t0 {
             return 0.0;
         }
-        // Midpoints of quarter-millisecond pieces: exact on the rate's straight pieces.
-        let pieces = ((t1 - t0).as_micros() / 250).max(1) as u32;
-        let step = (t1 - t0) / pieces;
-        (0..pieces)
-            .map(|i| self.rate_at(t0 + step * i + step / 2).unwrap_or(0.0))
-            .sum::<f64>()
-            * step.as_secs_f64()
+        let (a, b) = (t0.as_secs_f64(), t1.as_secs_f64());
+        let base = rate * (b - a);
+        // The part of [a, b] inside the shape's window, and what it adds there.
+        let inside = |from: Duration, to: Duration| {
+            let (lo, hi) = (a.max(from.as_secs_f64()), b.min(to.as_secs_f64()));
+            (hi > lo).then_some((lo, hi))
+        };
+        match shape {
+            Some(Shape::Step { peak, from, to }) => match inside(*from, *to) {
+                Some((lo, hi)) => base + (peak - rate) * (hi - lo),
+                None => base,
+            },
+            Some(Shape::Ramp {
+                low,
+                high,
+                from,
+                to,
+            }) => match inside(*from, *to) {
+                Some((lo, hi)) => {
+                    let (f, span) = (from.as_secs_f64(), (*to - *from).as_secs_f64());
+                    let at = |t: f64| low + (high - low) * (t - f) / span;
+                    // A straight line: its mean over [lo, hi] is the mean of its ends.
+                    base + ((at(lo) + at(hi)) / 2.0 - rate) * (hi - lo)
+                }
+                None => base,
+            },
+            None => base,
+        }
     }
 
     /// How long after the traffic window the run waits for late answers.
@@ -368,6 +395,31 @@ mod tests {
         // 100 → 900 over 3 s: a mean of 500/s.
         assert!((plan.offered(s(4), s(7)) - 1500.0).abs() < 1e-3);
         assert_eq!(plan.rate_at(Duration::from_millis(5500)), Some(500.0));
+    }
+
+    #[test]
+    fn windows_cut_anywhere_add_up_to_the_whole_offer() {
+        // The generator asks for the offer tick by tick, at instants that fall across
+        // the shape's edges: the pieces must sum to the whole, or a request is lost.
+        for shape in ["step:1000@1s..2s", "ramp:100..900@0.5s..2.5s"] {
+            let mut plan = Plan::new(target());
+            plan.arrivals = Arrivals::Open {
+                rate: 500.0,
+                shape: Some(shape.parse().unwrap()),
+            };
+            let whole = plan.offered(Duration::ZERO, Duration::from_secs(3));
+            let mut t = Duration::ZERO;
+            let mut sum = 0.0;
+            let mut i = 0u64;
+            while t < Duration::from_secs(3) {
+                // Uneven ticks of 0.7 to 1.9 ms, as a busy runtime gives them.
+                let next =
+                    (t + Duration::from_micros(700 + (i * 389) % 1200)).min(Duration::from_secs(3));
+                sum += plan.offered(t, next);
+                (t, i) = (next, i + 1);
+            }
+            assert!((sum - whole).abs() < 1e-6, "{shape}: {sum} of {whole}");
+        }
     }
 
     #[test]
