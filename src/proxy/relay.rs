@@ -8,22 +8,23 @@
 
 mod control;
 mod fast;
+mod stream;
+#[cfg(test)]
+mod tests;
 
 use std::{collections::VecDeque, pin::pin, sync::Arc};
 
 use bytes::{Bytes, BytesMut};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::{
-        TcpStream,
-        tcp::{ReadHalf, WriteHalf},
-    },
     sync::{mpsc, watch},
     time::{Instant, sleep_until},
 };
 
-pub use self::control::Control;
-use super::socket::reset_on_close;
+pub use self::{
+    control::Control,
+    stream::{Sink, Source, Stream},
+};
 use crate::{
     capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tcp::Peer},
     fault::{Chain, ConnId, Direction, Fault, Kind, stage::Chunk, stage::Step},
@@ -130,9 +131,9 @@ enum End {
 
 /// Relays between `client` and `upstream` until both directions end, then leaves the
 /// sockets ready to drop: with SO_LINGER 0 set where the ending was a reset.
-pub async fn run(
-    client: &mut TcpStream,
-    upstream: &mut TcpStream,
+pub async fn run<C: Stream, U: Stream>(
+    client: &mut C,
+    upstream: &mut U,
     faults: &Faults,
     control: &Control,
     id: ConnId<'_>,
@@ -140,12 +141,7 @@ pub async fn run(
     tap: Option<mpsc::Sender<Record>>,
 ) -> Outcome {
     if let Some(tx) = &tap
-        && let (Ok(c), Ok(l), Ok(u), Ok(p)) = (
-            client.peer_addr(),
-            client.local_addr(),
-            upstream.local_addr(),
-            upstream.peer_addr(),
-        )
+        && let (Some((c, l)), Some((p, u))) = (client.ends(), upstream.ends())
     {
         let conn = capture::key(id.proxy, id.conn);
         for (leg, ends) in [(CLIENT_LEG, (c, l)), (UPSTREAM_LEG, (u, p))] {
@@ -161,8 +157,8 @@ pub async fn run(
     }
     let mut applied = Vec::new();
     let (up, down) = {
-        let (client_r, client_w) = client.split();
-        let (upstream_r, upstream_w) = upstream.split();
+        let (client_r, client_w) = client.halves();
+        let (upstream_r, upstream_w) = upstream.halves();
         let mut up = Flow::new(
             Direction::Upstream,
             client_r,
@@ -194,26 +190,26 @@ pub async fn run(
     let mut fault_reset = false;
     let ending = match (&up.0, &down.0) {
         (End::Drained, _) | (_, End::Drained) => {
-            reset_on_close(client);
-            reset_on_close(upstream);
+            client.reset_on_close();
+            upstream.reset_on_close();
             Ending::Fault {
                 name: "drain".into(),
             }
         }
         (End::Reset, _) | (_, End::Reset) => {
-            reset_on_close(client);
-            reset_on_close(upstream);
+            client.reset_on_close();
+            upstream.reset_on_close();
             fault_reset = true;
             Ending::Fault { name: names() }
         }
         (End::PeerReset(Side::Upstream), _) | (_, End::PeerReset(Side::Upstream)) => {
             if policy == OnUpstreamError::Reset {
-                reset_on_close(client);
+                client.reset_on_close();
             }
             Ending::Reset { by: Side::Upstream }
         }
         (End::PeerReset(by), _) | (_, End::PeerReset(by)) => {
-            reset_on_close(upstream);
+            upstream.reset_on_close();
             Ending::Reset { by: *by }
         }
         (End::Down(name), _) | (_, End::Down(name)) => Ending::Fault { name: name.clone() },
@@ -278,10 +274,10 @@ pub async fn run(
 }
 
 /// One direction of one connection.
-struct Flow<'a> {
+struct Flow<'a, R, W> {
     dir: Direction,
-    src: ReadHalf<'a>,
-    dst: WriteHalf<'a>,
+    src: R,
+    dst: W,
     faults: Faults,
     control: &'a Control,
     id: ConnId<'a>,
@@ -300,11 +296,11 @@ struct Flow<'a> {
     capture_key: u64,
 }
 
-impl<'a> Flow<'a> {
+impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
     fn new(
         dir: Direction,
-        src: ReadHalf<'a>,
-        dst: WriteHalf<'a>,
+        src: R,
+        dst: W,
         faults: Faults,
         control: &'a Control,
         id: ConnId<'a>,

@@ -1,12 +1,15 @@
 //! The unfaulted path of one direction: no stage, no queue, no buffer of its own.
+//! Between two sockets it reads with `recv` into a per-thread buffer and writes on
+//! without awaiting; between other streams (the tests' pipes) it reads and writes
+//! through the async traits.
 
 use std::{cell::RefCell, io, os::fd::AsRawFd, pin::pin};
 
 use bytes::Bytes;
 use nix::{errno::Errno, sys::socket::MsgFlags};
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
-use super::{End, Flow, READ_SIZE, Which, tap};
+use super::{End, Flow, READ_SIZE, Sink, Source, Which, tap};
 use crate::capture::{self, Record};
 
 thread_local! {
@@ -14,10 +17,76 @@ thread_local! {
     static BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_SIZE]);
 }
 
-impl Flow<'_> {
+impl<R: Source, W: Sink> Flow<'_, R, W> {
     /// The unfaulted path. Returns `None` when the fault list changed and the caller
     /// must sync, `Some` when the direction ended.
     pub(super) async fn fast(&mut self) -> Option<End> {
+        if self.src.tcp().is_some() && self.dst.tcp().is_some() {
+            self.fast_tcp().await
+        } else {
+            Box::pin(self.fast_any()).await
+        }
+    }
+
+    /// The unfaulted path between any two streams: a read, a write, again.
+    async fn fast_any(&mut self) -> Option<End> {
+        let control = self.control;
+        let mut buf = vec![0; READ_SIZE];
+        loop {
+            let mut woken = pin!(control.notify.notified());
+            woken.as_mut().enable();
+            if let Some(end) = control.stopped() {
+                return Some(end);
+            }
+            if self.faults.has_changed().unwrap_or(true) {
+                return None;
+            }
+            let read = tokio::select! {
+                biased;
+                read = self.src.read(&mut buf) => read,
+                _ = woken => continue,
+            };
+            match read {
+                Ok(0) => return Some(self.pass_fin().await),
+                Ok(n) => {
+                    self.received += n as u64;
+                    if let Some(end) = self.write(&buf[..n]).await {
+                        return Some(end);
+                    }
+                    self.tap_pass(Bytes::copy_from_slice(&buf[..n])).await;
+                }
+                Err(_) => return Some(End::PeerReset(self.side(Which::Src))),
+            }
+        }
+    }
+
+    /// The source's FIN, passed on.
+    async fn pass_fin(&mut self) -> End {
+        self.src_done = true;
+        tap(&self.tap, self.fin_record(Which::Src, None)).await;
+        let _ = self.dst.shutdown().await;
+        tap(&self.tap, self.fin_record(Which::Dst, None)).await;
+        End::Eof
+    }
+
+    /// Records bytes that went through unchanged, if capturing.
+    async fn tap_pass(&mut self, data: Bytes) {
+        if self.tap.is_none() || data.is_empty() {
+            return;
+        }
+        let (read, written) = self.legs();
+        let record = Record::Pass {
+            conn: self.capture_key,
+            read,
+            written,
+            data,
+            at: capture::now(),
+        };
+        tap(&self.tap, Some(record)).await;
+    }
+
+    /// The unfaulted path between two sockets.
+    async fn fast_tcp(&mut self) -> Option<End> {
         let control = self.control;
         loop {
             let mut woken = pin!(control.notify.notified());
@@ -31,9 +100,11 @@ impl Flow<'_> {
                 if self.faults.has_changed().unwrap_or(true) {
                     return None;
                 }
+                // `fast` calls this only between two sockets.
+                let src = self.src.tcp()?;
                 tokio::select! {
                     biased;
-                    ready = self.src.readable() => {
+                    ready = src.readable() => {
                         if ready.is_err() {
                             return Some(End::PeerReset(self.side(Which::Src)));
                         }
@@ -46,7 +117,9 @@ impl Flow<'_> {
                 // the buffer drained the socket, so it reports WouldBlock to tokio,
                 // which then waits for the next edge instead of costing another read
                 // that would only say EAGAIN (tokio keeps a seen EOF or error set).
-                let (src, dst) = (self.src.as_ref(), &self.dst);
+                let (Some(src), Some(dst)) = (self.src.tcp(), self.dst.tcp()) else {
+                    return None;
+                };
                 let mut step = Fast::Again;
                 let tapping = self.tap.is_some();
                 let mut copy = None;
@@ -93,26 +166,12 @@ impl Flow<'_> {
                             return Some(end);
                         }
                     }
-                    Fast::Eof => {
-                        self.src_done = true;
-                        tap(&self.tap, self.fin_record(Which::Src, None)).await;
-                        let _ = self.dst.shutdown().await;
-                        tap(&self.tap, self.fin_record(Which::Dst, None)).await;
-                        return Some(End::Eof);
-                    }
+                    Fast::Eof => return Some(self.pass_fin().await),
                     Fast::SrcErr => return Some(End::PeerReset(self.side(Which::Src))),
                     Fast::DstErr => return Some(End::PeerReset(self.side(Which::Dst))),
                 }
-                if let Some(data) = copy.filter(|d| !d.is_empty()) {
-                    let (read, written) = self.legs();
-                    let record = Record::Pass {
-                        conn: self.capture_key,
-                        read,
-                        written,
-                        data,
-                        at: capture::now(),
-                    };
-                    tap(&self.tap, Some(record)).await;
+                if let Some(data) = copy {
+                    self.tap_pass(data).await;
                 }
             }
         }

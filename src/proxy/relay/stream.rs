@@ -1,0 +1,90 @@
+//! What the relay needs of a connection: two halves to read and write, a way to make
+//! its close a reset, and its addresses for the capture. A `TcpStream` is the real
+//! one, and the only one that gets the unfaulted path's direct `recv`; tests relay
+//! over in-memory pipes under paused time.
+
+use std::net::SocketAddr;
+
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::{TcpStream, tcp},
+};
+
+/// One end of a relayed connection.
+pub trait Stream {
+    /// The half the relay reads from.
+    type Reader<'a>: Source
+    where
+        Self: 'a;
+    /// The half the relay writes to.
+    type Writer<'a>: Sink
+    where
+        Self: 'a;
+
+    /// Both halves, borrowed for the length of the relay.
+    fn halves(&mut self) -> (Self::Reader<'_>, Self::Writer<'_>);
+
+    /// Makes the next close send RST instead of FIN, dropping unsent data.
+    fn reset_on_close(&self);
+
+    /// (peer, local) addresses, where it has them: the capture's endpoints.
+    fn ends(&self) -> Option<(SocketAddr, SocketAddr)>;
+}
+
+/// A readable half.
+pub trait Source: AsyncRead + Unpin {
+    /// The socket under it, if any: the unfaulted path then reads with `recv` into a
+    /// per-thread buffer instead of a buffer of its own.
+    fn tcp(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+/// A writable half.
+pub trait Sink: AsyncWrite + Unpin {
+    /// The socket under it, if any: the unfaulted path writes to it without awaiting.
+    fn tcp(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+impl Stream for TcpStream {
+    type Reader<'a> = tcp::ReadHalf<'a>;
+    type Writer<'a> = tcp::WriteHalf<'a>;
+
+    fn halves(&mut self) -> (tcp::ReadHalf<'_>, tcp::WriteHalf<'_>) {
+        self.split()
+    }
+
+    fn reset_on_close(&self) {
+        super::super::socket::reset_on_close(self);
+    }
+
+    fn ends(&self) -> Option<(SocketAddr, SocketAddr)> {
+        Some((self.peer_addr().ok()?, self.local_addr().ok()?))
+    }
+}
+
+impl Source for tcp::ReadHalf<'_> {
+    fn tcp(&self) -> Option<&TcpStream> {
+        Some(self.as_ref())
+    }
+}
+
+impl Sink for tcp::WriteHalf<'_> {
+    fn tcp(&self) -> Option<&TcpStream> {
+        Some(self.as_ref())
+    }
+}
+
+impl<S: Source + ?Sized> Source for &mut S {
+    fn tcp(&self) -> Option<&TcpStream> {
+        (**self).tcp()
+    }
+}
+
+impl<S: Sink + ?Sized> Sink for &mut S {
+    fn tcp(&self) -> Option<&TcpStream> {
+        (**self).tcp()
+    }
+}
