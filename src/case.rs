@@ -53,6 +53,29 @@ pub fn catalogue() -> Vec<&'static Case> {
     .collect()
 }
 
+/// Where a case's load runs tell their progress, once a second; `None` when a run is
+/// over. The command shows it.
+pub type OnProgress = std::sync::Arc<dyn Fn(Option<&Progress>) + Send + Sync>;
+
+/// One second of a load run within a case.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// The case.
+    pub case: &'static str,
+    /// The run within it.
+    pub label: String,
+    /// Seconds done.
+    pub second: usize,
+    /// Seconds it runs.
+    pub total_s: f64,
+    /// Requests sent so far.
+    pub sent: u64,
+    /// Answered well so far.
+    pub ok: u64,
+    /// Failed so far.
+    pub errors: u64,
+}
+
 /// Runs `case` once against `product`, to its report; every part it started is
 /// stopped when it returns.
 pub async fn run(
@@ -61,8 +84,9 @@ pub async fn run(
     seed: u64,
     quick: bool,
     shutdown: Shutdown,
+    on_progress: OnProgress,
 ) -> CaseReport {
-    let mut bench = Bench::new(case, product, seed, quick, shutdown);
+    let mut bench = Bench::new(case, product, seed, quick, shutdown, on_progress);
     let result = (case.run)(&mut bench).await;
     bench.finish(result).await
 }

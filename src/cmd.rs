@@ -9,11 +9,11 @@ pub mod lab;
 pub mod load;
 pub mod ports;
 pub mod proxy;
+pub mod soak;
 
 use crate::{
     cli::{Cli, Command},
     shutdown::Shutdown,
-    soak,
 };
 
 /// Runs one subcommand until it is done or `shutdown` fires.

@@ -19,8 +19,9 @@ pub enum Verdict {
     /// A check failed while the generator itself failed (ports, descriptors,
     /// overload): the run says nothing about the service.
     GeneratorFailed,
-    /// A check failed while other programs took the CPU (evidence in `host`): the
-    /// run cannot tell the balancer's doing from the machine's.
+    /// A check failed while the host was too busy to judge it (evidence in
+    /// `host_evidence`: other programs took the CPU, or the generator fell behind its
+    /// schedule): the run cannot tell the balancer's doing from the machine's.
     HostBusy,
     /// The case could not run.
     Error,
@@ -123,6 +124,9 @@ pub struct CaseReport {
     pub balancer_under_test: String,
     /// What else the machine did while the case ran, where `/proc` says.
     pub host: Option<crate::host::Load>,
+    /// Why the host was too busy to judge the case, if it was: with a failed check,
+    /// the verdict is HOST.
+    pub host_evidence: Vec<String>,
 }
 
 impl CaseReport {
@@ -130,8 +134,35 @@ impl CaseReport {
     /// failed, or other programs kept the machine busy.
     pub fn decide(&mut self) {
         let generator = self.runs.iter().any(|r| r.load.generator_errors > 0);
-        let busy = self.host.is_some_and(|h| h.busy());
+        self.host_evidence = self.host_evidence();
+        let busy = !self.host_evidence.is_empty();
         self.verdict = verdict(self.verdict, &self.checks, generator, busy);
+    }
+
+    /// What says the host, not the balancer, was too busy for timing and shares to be
+    /// judged: other programs' CPU, and a generator that fell behind its schedule.
+    fn host_evidence(&self) -> Vec<String> {
+        let mut evidence = Vec::new();
+        if let Some(host) = self.host.filter(|h| h.busy()) {
+            evidence.push(format!(
+                "other programs used {:.2} of {} cores (from {:.2} is busy)",
+                host.other_cores,
+                host.cores,
+                crate::host::BUSY_CORES
+            ));
+        }
+        for run in &self.runs {
+            if let Some(lag) = run.load.send_lag_ms.filter(|l| l.late()) {
+                evidence.push(format!(
+                    "the generator sent {:.1} ms late at p99 (max {:.1} ms) in {:?}, from {:.0} ms is behind",
+                    lag.p99,
+                    lag.max,
+                    run.label,
+                    crate::lab::load::Lag::LATE_P99_MS
+                ));
+            }
+        }
+        evidence
     }
 
     /// The case as a block of lines for the terminal.
@@ -173,6 +204,9 @@ impl CaseReport {
         if let Some(host) = &self.host {
             let _ = writeln!(out, "   host  {}", host.describe());
         }
+        for evidence in &self.host_evidence {
+            let _ = writeln!(out, "   busy  {evidence}");
+        }
         let _ = writeln!(
             out,
             "   {}  in {:.1} s (seed {})",
@@ -212,11 +246,8 @@ impl CaseReport {
             .map(|c| c.detail.clone())
             .or_else(|| self.notes.first().cloned())
             .unwrap_or_default();
-        match (self.verdict, &self.host) {
-            (Verdict::HostBusy, Some(host)) => format!(
-                "other programs used {:.2} of {} cores; {check}",
-                host.other_cores, host.cores
-            ),
+        match (self.verdict, self.host_evidence.first()) {
+            (Verdict::HostBusy, Some(evidence)) => format!("{evidence}; {check}"),
             _ => check,
         }
     }

@@ -2,7 +2,6 @@
 //! everything it started when the case ends.
 
 use std::{
-    io::IsTerminal,
     net::SocketAddr,
     sync::{Arc, Mutex},
     time::Duration,
@@ -56,6 +55,7 @@ pub struct Bench {
     parts_s: f64,
     /// CPU times when the case began, to tell what other programs took.
     host: Option<crate::host::Mark>,
+    on_progress: super::OnProgress,
 }
 
 impl Bench {
@@ -66,6 +66,7 @@ impl Bench {
         seed: u64,
         quick: bool,
         shutdown: Shutdown,
+        on_progress: super::OnProgress,
     ) -> Bench {
         Bench {
             case,
@@ -90,6 +91,7 @@ impl Bench {
                 seed,
                 balancer_under_test: product.name().into(),
                 host: None,
+                host_evidence: Vec::new(),
             },
             shutdown,
             parts: Vec::new(),
@@ -99,6 +101,7 @@ impl Bench {
             samples: Arc::default(),
             parts_s: 0.0,
             host: crate::host::Mark::now(),
+            on_progress,
         }
     }
 
@@ -116,6 +119,7 @@ impl Bench {
             self.seed,
             self.quick,
             self.shutdown.child(),
+            self.on_progress.clone(),
         )
     }
 

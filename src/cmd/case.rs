@@ -50,7 +50,15 @@ pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
             if shutdown.is_triggered() {
                 break;
             }
-            let report = case::run(case, *product, seed, args.quick, shutdown.child()).await;
+            let report = case::run(
+                case,
+                *product,
+                seed,
+                args.quick,
+                shutdown.child(),
+                std::sync::Arc::new(progress),
+            )
+            .await;
             say!("{}", report.text());
             reports.push(report);
         }
@@ -79,4 +87,26 @@ pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         anyhow::bail!("{failed} of {} cases did not pass", reports.len());
     }
     Ok(())
+}
+
+/// A load run's progress on stderr: one line rewritten in place on a terminal, a line
+/// a second otherwise.
+fn progress(p: Option<&case::Progress>) {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    match p {
+        Some(p) => {
+            let line = format!(
+                "{} · {}: {:>3} of {:.0} s, sent {}, ok {}, errors {}",
+                p.case, p.label, p.second, p.total_s, p.sent, p.ok, p.errors
+            );
+            if tty {
+                eprint!("\r{line:<78}");
+            } else {
+                eprintln!("{line}");
+            }
+        }
+        None if tty => eprint!("\r{:78}\r", ""),
+        None => {}
+    }
 }

@@ -233,6 +233,19 @@ impl Report {
             opt(l.p99_9, 2),
             opt(l.max, 2)
         );
+        if let Some(lag) = &self.send_lag_ms {
+            say!(
+                "sent late  p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms behind schedule{}",
+                lag.p50,
+                lag.p99,
+                lag.max,
+                if lag.late() {
+                    " — the generator fell behind: its host is too busy for timing figures"
+                } else {
+                    ""
+                }
+            );
+        }
         if !self.errors_by_kind.is_empty() {
             let kinds: Vec<String> = self
                 .errors_by_kind

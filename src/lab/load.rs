@@ -34,7 +34,7 @@ use tokio::{net::TcpStream, sync::Notify, time::Instant};
 use self::tally::{Outcome, Tally};
 pub use self::{
     plan::{Arrivals, Plan, Sessions, Shape, Target},
-    tally::{Kind, Report, Row},
+    tally::{Kind, Lag, Report, Row},
 };
 use crate::shutdown::Shutdown;
 
@@ -278,7 +278,13 @@ async fn transaction(
     let mut attempt = 0;
     loop {
         let started = Instant::now();
-        run.tally().sent(run.second(started), attempt > 0);
+        {
+            let mut tally = run.tally();
+            tally.sent(run.second(started), attempt > 0);
+            if attempt == 0 {
+                tally.left(intended, started);
+            }
+        }
         let exchange = exchange(plan, slot, seq, session);
         let outcome = match plan.deadline {
             Some(deadline) => match tokio::time::timeout(deadline, exchange).await {

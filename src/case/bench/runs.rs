@@ -16,30 +16,28 @@ impl Bench {
         plan
     }
 
-    /// Runs the generator, printing progress once a second, and keeps its report.
+    /// Runs the generator, telling its progress once a second, and keeps its report.
     pub async fn load(&mut self, label: &str, plan: Plan) -> load::Report {
         let started_s = self.now_s();
-        let tty = std::io::stderr().is_terminal();
-        let (name, total) = (self.case.name, plan.watch.max(plan.duration).as_secs_f64());
+        let (case, total_s) = (self.case.name, plan.watch.max(plan.duration).as_secs_f64());
         let (mut sent, mut ok, mut errors) = (0, 0, 0);
+        let on_progress = self.on_progress.clone();
         let report = load::run(plan, self.shutdown.clone(), |row| {
             sent += row.sent;
             ok += row.ok;
             errors += row.errors.values().sum::<u64>();
-            let line = format!(
-                "{name} · {label}: {:>3} of {total:.0} s, sent {sent}, ok {ok}, errors {errors}",
-                (row.second + 1).min(total.ceil() as usize)
-            );
-            if tty {
-                eprint!("\r{line:<78}");
-            } else {
-                eprintln!("{line}");
-            }
+            on_progress(Some(&crate::case::Progress {
+                case,
+                label: label.into(),
+                second: (row.second + 1).min(total_s.ceil() as usize),
+                total_s,
+                sent,
+                ok,
+                errors,
+            }));
         })
         .await;
-        if tty {
-            eprint!("\r{:78}\r", "");
-        }
+        (self.on_progress)(None);
         self.report.runs.push(Run {
             label: label.into(),
             started_s,

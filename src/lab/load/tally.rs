@@ -204,6 +204,8 @@ pub(super) struct Tally {
     seconds: Vec<Second>,
     offered: Vec<f64>,
     latency: Histogram<u64>,
+    /// How late each transaction's first attempt left against its intended instant.
+    lag: Histogram<u64>,
     errors: BTreeMap<Kind, u64>,
     answers: BTreeMap<(Option<String>, Option<String>), u64>,
     sessions: BTreeMap<u64, BTreeMap<String, u64>>,
@@ -228,6 +230,7 @@ impl Tally {
             seconds: Vec::new(),
             offered,
             latency: histogram(),
+            lag: histogram(),
             errors: BTreeMap::new(),
             answers: BTreeMap::new(),
             sessions: BTreeMap::new(),
@@ -258,6 +261,12 @@ impl Tally {
         s.retries += u64::from(retry);
         self.sent += 1;
         self.retries += u64::from(retry);
+    }
+
+    /// A transaction's first attempt left at `started`, meant for `intended`.
+    pub(super) fn left(&mut self, intended: Instant, started: Instant) {
+        let us = started.saturating_duration_since(intended).as_micros() as u64;
+        self.lag.saturating_record(us.max(1));
     }
 
     pub(super) fn outcome(
@@ -421,6 +430,12 @@ impl Tally {
             unfinished,
             errors_by_kind: self.errors.clone(),
             requests_per_s: self.ok as f64 / traffic.as_secs_f64().max(1e-3),
+            send_lag_ms: (matches!(plan.arrivals, Arrivals::Open { .. }) && !self.lag.is_empty())
+                .then(|| Lag {
+                    p50: ms(self.lag.value_at_quantile(0.5)),
+                    p99: ms(self.lag.value_at_quantile(0.99)),
+                    max: ms(self.lag.max()),
+                }),
             latency_ms: Latency {
                 p50: pct(0.5),
                 p90: pct(0.9),
@@ -467,6 +482,28 @@ pub(super) fn ports(dest: SocketAddr) -> Option<ports::Destination> {
         .destinations
         .into_iter()
         .next()
+}
+
+/// How late sends left against their intended instants, ms.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Lag {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// The latest.
+    pub max: f64,
+}
+
+impl Lag {
+    /// A generator this late at the 99th percentile was not keeping its schedule:
+    /// its tick is 1 ms, so on an idle machine sends leave within about that.
+    pub const LATE_P99_MS: f64 = 10.0;
+
+    /// Whether the generator fell behind its schedule.
+    pub fn late(&self) -> bool {
+        self.p99 >= Lag::LATE_P99_MS
+    }
 }
 
 /// Latency percentiles of successes, ms from the intended send time.
@@ -577,6 +614,10 @@ pub struct Report {
     pub requests_per_s: f64,
     /// Latency of successes.
     pub latency_ms: Latency,
+    /// Open loop: how late the generator sent against its schedule. Late sends are
+    /// the generator's host at work, not the service: latency still counts from the
+    /// intended instant, but a property judged on timing cannot be.
+    pub send_lag_ms: Option<Lag>,
     /// Answers per backend.
     pub backends: Vec<Share>,
     /// Where `x-backend` and `x-instance` disagree.
@@ -587,4 +628,63 @@ pub struct Report {
     pub ports: Option<Ports>,
     /// Every second.
     pub rows: Vec<Row>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::load::Target;
+
+    fn plan(open: bool) -> Plan {
+        let mut plan = Plan::new(Target {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            host: "a".into(),
+            path: "/".into(),
+        });
+        if open {
+            plan.arrivals = Arrivals::Open {
+                rate: 100.0,
+                shape: None,
+            };
+        }
+        plan
+    }
+
+    fn lag_of(tally: &Tally, plan: &Plan) -> Option<Lag> {
+        let d = Duration::from_secs(1);
+        tally.report(plan, d, d, 0, None, None).send_lag_ms
+    }
+
+    #[test]
+    fn sends_behind_schedule_make_the_generator_late_at_its_p99() {
+        let plan = plan(true);
+        let mut tally = Tally::new(&plan);
+        let t0 = Instant::now();
+        for i in 0..100u64 {
+            let intended = t0 + Duration::from_millis(i * 10);
+            // Two sends in a hundred leave 30 ms late; the rest 0.3 ms.
+            let behind = if i % 50 == 0 { 30_000 } else { 300 };
+            tally.left(intended, intended + Duration::from_micros(behind));
+        }
+        let lag = lag_of(&tally, &plan).unwrap();
+        assert!((lag.p50 - 0.3).abs() < 0.01, "{lag:?}");
+        assert!((lag.max - 30.0).abs() < 0.1, "{lag:?}");
+        assert!(lag.late(), "{lag:?}");
+
+        let mut on_time = Tally::new(&plan);
+        for i in 0..100u64 {
+            let intended = t0 + Duration::from_millis(i * 10);
+            on_time.left(intended, intended + Duration::from_micros(800));
+        }
+        assert!(!lag_of(&on_time, &plan).unwrap().late());
+    }
+
+    #[test]
+    fn a_closed_loop_has_no_schedule_to_be_late_for() {
+        let plan = plan(false);
+        let mut tally = Tally::new(&plan);
+        let t0 = Instant::now();
+        tally.left(t0, t0 + Duration::from_millis(50));
+        assert!(lag_of(&tally, &plan).is_none());
+    }
 }
