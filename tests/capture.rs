@@ -5,7 +5,7 @@ mod common;
 
 use std::{collections::HashMap, net::SocketAddr, path::Path, sync::Arc};
 
-use common::{echo_server, pattern, within};
+use common::{echo_server, pattern, process::Process, within};
 use pcap_file::pcapng::{Block, PcapNgReader};
 use snag::{
     capture::{Capture, Settings},
@@ -282,33 +282,20 @@ async fn a_bounded_capture_rotates_into_numbered_files_that_each_read_back() {
     .await;
 }
 
-/// Starts `snag ARGS`, waits for its line containing `marker`, returns the child and
-/// that line.
-fn start(args: &[&str], marker: &str) -> (std::process::Child, String) {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_snag"))
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    let line = lines
-        .by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.contains(marker))
-        .expect("the marker line");
-    std::thread::spawn(move || lines.for_each(drop));
-    (child, line)
+/// Starts `snag ARGS`, waits for its line containing `marker`; the process and that
+/// line.
+async fn start(args: &[&str], marker: &str) -> (Process, String) {
+    let mut snag = Process::spawn(common::process::snag(args));
+    let line = snag
+        .line(10, |l| l.contains(marker).then(|| l.to_string()))
+        .await;
+    (snag, line)
 }
 
-fn interrupt(mut child: std::process::Child) {
-    let killed = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    assert!(child.wait().unwrap().success());
+/// Ctrl-C, and a clean exit.
+async fn interrupt(mut snag: Process) {
+    snag.signal(nix::sys::signal::Signal::SIGINT);
+    assert!(snag.exit(10).await.success());
 }
 
 #[tokio::test]
@@ -327,19 +314,19 @@ async fn a_fault_file_and_the_api_server_take_a_capture_too() {
             ),
         )
         .unwrap();
-        let (child, row) = tokio::task::spawn_blocking(move || start(&["proxy", "--seed", "1", "--file", config.to_str().unwrap()], "127.0.0.1")).await.unwrap();
+        let (child, row) = start(&["proxy", "--seed", "1", "--file", config.to_str().unwrap()], "127.0.0.1").await;
         let addr: SocketAddr = row.split_whitespace().nth(1).unwrap().parse().unwrap();
         let mut c = TcpStream::connect(addr).await.unwrap();
         c.write_all(b"via the file").await.unwrap();
         c.read_exact(&mut [0; 12]).await.unwrap();
         drop(c);
-        tokio::task::spawn_blocking(move || interrupt(child)).await.unwrap();
+        interrupt(child).await;
         let flows = streams(&segments(&from_file));
         assert!(flows.values().any(|b| b == b"via the file"), "{:?}", flows.keys());
 
         let from_api = dir.join("api.pcapng");
         let cap = from_api.to_str().unwrap().to_string();
-        let (child, line) = tokio::task::spawn_blocking(move || start(&["serve", "--listen", "127.0.0.1:0", "--seed", "1", "--capture", &cap], "control API on")).await.unwrap();
+        let (child, line) = start(&["serve", "--listen", "127.0.0.1:0", "--seed", "1", "--capture", &cap], "control API on").await;
         let api: SocketAddr = line.split("http://").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
         let body = format!(r#"{{"name":"b","listen":"127.0.0.1:0","upstream":"{echo}"}}"#);
         let created = common::http(api, "POST", "/proxies", &body, &[]).await;
@@ -358,7 +345,7 @@ async fn a_fault_file_and_the_api_server_take_a_capture_too() {
         c.write_all(b"not captured").await.unwrap();
         c.read_exact(&mut [0; 12]).await.unwrap();
         drop(c);
-        tokio::task::spawn_blocking(move || interrupt(child)).await.unwrap();
+        interrupt(child).await;
         let flows = streams(&segments(&from_api));
         assert!(flows.values().any(|b| b == b"via the api"), "{:?}", flows.keys());
         assert!(!flows.values().any(|b| b == b"not captured"), "{:?}", flows.keys());

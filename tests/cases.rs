@@ -6,31 +6,13 @@ mod common;
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-/// Runs `snag` with `args`, killing it (by its PID) if it outlives `limit`.
+/// Runs `snag` with `args` to its end, killing it (by its PID) if it outlives
+/// `limit`: its exit code and stdout.
 fn snag(args: &[&str], limit: Duration) -> (i32, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_snag"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut out = String::new();
-            std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
-            return (status.code().unwrap_or(-1), out);
-        }
-        if Instant::now() >= deadline {
-            child.kill().unwrap();
-            panic!("snag {args:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::process::run_blocking(common::process::snag(args), limit.as_secs())
 }
 
 fn json(dir: &Path, case: &str) -> serde_json::Value {

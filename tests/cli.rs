@@ -3,15 +3,14 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader},
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{path::Path, time::Duration};
 
 use clap::Parser;
-use common::{echo_server, within};
+use common::{
+    echo_server,
+    process::{self, Process},
+    within,
+};
 use snag::cli::Cli;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -19,15 +18,10 @@ use tokio::{
     time::Instant,
 };
 
+/// `snag ARGS` to its end: exit code and stderr.
 fn snag(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_snag"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let (code, _, stderr) = process::output(args);
+    (code, stderr)
 }
 
 fn toml_files(dir: &str) -> Vec<std::path::PathBuf> {
@@ -151,45 +145,27 @@ fn the_cli_parses_inline_faults_in_order() {
     assert!(Cli::try_parse_from(["snag", "proxy", "--file", "f.toml", "--fault", "down"]).is_err());
 }
 
-/// Kills the child by its PID when the test ends, however it ends.
-struct Child(std::process::Child);
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn snag_proxy_relays_with_its_inline_faults() {
     within(20, async {
         let backend = echo_server().await;
-        let mut child = Child(
-            Command::new(env!("CARGO_BIN_EXE_snag"))
-                .args([
-                    "proxy",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--upstream",
-                    &backend.to_string(),
-                ])
-                .args(["--fault", "latency:latency=120", "--seed", "5"])
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        );
+        let mut process = Process::spawn(process::snag(&[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &backend.to_string(),
+            "--fault",
+            "latency:latency=120",
+            "--seed",
+            "5",
+        ]));
         // The table's second line names the bound address: ready once printed.
-        let stdout = child.0.stdout.take().unwrap();
-        let addr = tokio::task::spawn_blocking(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let header = lines.next().unwrap().unwrap();
-            assert!(header.starts_with("proxy"), "{header}");
-            let row = lines.next().unwrap().unwrap();
-            assert!(row.contains("latency_downstream"), "{row}");
-            row.split_whitespace().nth(1).unwrap().to_string()
-        })
-        .await
-        .unwrap();
+        let header = process.line(10, |l| Some(l.to_string())).await;
+        assert!(header.starts_with("proxy"), "{header}");
+        let row = process.line(10, |l| Some(l.to_string())).await;
+        assert!(row.contains("latency_downstream"), "{row}");
+        let addr = row.split_whitespace().nth(1).unwrap().to_string();
         let mut client = TcpStream::connect(addr.as_str()).await.unwrap();
         let t = Instant::now();
         client.write_all(b"ping").await.unwrap();

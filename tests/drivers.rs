@@ -2,39 +2,25 @@
 //! binary in `--quick` mode: their configuration written by snag, started and stopped
 //! by PID, their own view of each backend read back into the report.
 
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-    time::{Duration, Instant},
-};
+mod common;
+
+use std::path::Path;
 
 /// Runs `snag case` against `balancer`; the report directory.
 fn run(cases: &str, balancer: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("snag-drivers-{balancer}-{}", std::process::id()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_snag"))
-        .args([
-            "case",
-            cases,
-            "--balancer",
-            balancer,
-            "--quick",
-            "--seed",
-            "11",
-        ])
-        .arg("--report-dir")
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() >= deadline {
-            child.kill().unwrap();
-            panic!("snag case {cases} --balancer {balancer} did not finish in 300 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut command = common::process::snag(&[
+        "case",
+        cases,
+        "--balancer",
+        balancer,
+        "--quick",
+        "--seed",
+        "11",
+    ]);
+    command.arg("--report-dir").arg(&dir);
+    // Its verdicts are read from the report files, not from the exit code.
+    common::process::run_blocking(command, 300);
     dir
 }
 

@@ -246,22 +246,18 @@ async fn a_dead_upstream_is_a_502_and_malformed_requests_a_400() {
 
 #[test]
 fn tcp_faults_on_an_http_proxy_are_refused_with_the_reason() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_snag"))
-        .args([
-            "proxy",
-            "--mode",
-            "http",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--fault",
-            "latency:latency=5",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, _, stderr) = common::process::output(&[
+        "proxy",
+        "--mode",
+        "http",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:1",
+        "--fault",
+        "latency:latency=5",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("latency_downstream") && stderr.contains("mode http"),
         "{stderr}"
@@ -280,51 +276,41 @@ async fn stats_and_events_files_record_probes_faults_and_requests() {
         let dir = std::env::temp_dir().join(format!("snag-test-{}-files", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (stats, events) = (dir.join("stats.json"), dir.join("events.jsonl"));
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_snag"))
-            .args([
-                "proxy",
-                "--mode",
-                "http",
-                "--name",
-                "web",
-                "--listen",
-                "127.0.0.1:0",
-                "--upstream",
-                &backend.to_string(),
-            ])
-            .args([
-                "--seed",
-                "1",
-                "--fault",
-                "http_status:status=503,scope=probe",
-            ])
-            .args(["--id-header", "X-Txn", "--instance", "backend-a"])
-            .args([
-                "--stats",
-                stats.to_str().unwrap(),
-                "--events",
-                events.to_str().unwrap(),
-            ])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let addr: SocketAddr = tokio::task::spawn_blocking(move || {
-            use std::io::BufRead;
-            let mut lines = std::io::BufReader::new(stdout).lines();
-            lines.next();
-            lines
-                .next()
-                .unwrap()
-                .unwrap()
-                .split_whitespace()
-                .nth(1)
-                .unwrap()
-                .parse()
-                .unwrap()
-        })
-        .await
-        .unwrap();
+        let mut command = common::process::snag(&[
+            "proxy",
+            "--mode",
+            "http",
+            "--name",
+            "web",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &backend.to_string(),
+            "--seed",
+            "1",
+            "--fault",
+            "http_status:status=503,scope=probe",
+            "--id-header",
+            "X-Txn",
+            "--instance",
+            "backend-a",
+        ]);
+        command
+            .arg("--stats")
+            .arg(&stats)
+            .arg("--events")
+            .arg(&events);
+        let mut snag = common::process::Process::spawn(command);
+        // The table's row names the bound address: ready once printed.
+        let addr: SocketAddr = snag
+            .line(10, |l| {
+                l.strip_prefix("web ")?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .await;
         assert_eq!(http(addr, "GET", "/healthz", "", &[]).await.status, 503);
         let txn = [("x-txn", "a"), ("x-request-id", "b")];
         assert_eq!(
@@ -332,14 +318,8 @@ async fn stats_and_events_files_record_probes_faults_and_requests() {
             200
         );
         assert_eq!(http(addr, "GET", "/orders", "", &txn).await.status, 200);
-        let killed = std::process::Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-            .await
-            .unwrap();
+        snag.signal(nix::sys::signal::Signal::SIGINT);
+        let status = snag.exit(10).await;
         assert!(status.success(), "{status:?}");
 
         let stats: serde_json::Value =

@@ -701,25 +701,11 @@ async fn a_request_count_ends_the_run_when_it_is_reached() {
         let (addr, _) = start_backend("a", |_| {}).await;
         // Through the CLI: `-n` once waited out the default 10 s window after its
         // 200 requests, printing empty rows.
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_snag"))
-            .args([
-                "load",
-                &format!("http://{addr}/"),
-                "-n",
-                "200",
-                "-c",
-                "4",
-                "--json",
-            ])
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let url = format!("http://{addr}/");
+        let command = common::process::snag(&["load", &url, "-n", "200", "-c", "4", "--json"]);
+        let (code, stdout) = common::process::Process::run(command, 20).await;
+        assert_eq!(code, 0, "{stdout}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
         assert_eq!(report["sent"], 200, "{report}");
         assert_eq!(report["ok"], 200, "{report}");
         let seconds = report["rows"].as_array().unwrap().len();

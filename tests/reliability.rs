@@ -4,18 +4,15 @@
 mod common;
 
 use std::{
-    io::{self, BufRead, BufReader},
+    io,
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     time::Duration,
 };
 
-use common::{echo_server, refused, spawn_proxy, within};
-use nix::{
-    sys::signal::{Signal, kill},
-    unistd::Pid,
-};
+use common::{echo_server, process::Process, refused, spawn_proxy, within};
+use nix::sys::signal::Signal;
 use snag::proxy::RunContext;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -23,35 +20,28 @@ use tokio::{
     time::{Instant, timeout},
 };
 
-/// A `snag` process, killed by its PID when the test ends however it ends.
+/// A `snag` process with its stderr in a file, killed by its PID when the test ends
+/// however it ends.
 struct Snag {
-    child: std::process::Child,
+    process: Process,
     listen: SocketAddr,
     stderr: PathBuf,
-}
-
-impl Drop for Snag {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Snag {
     /// `snag proxy --name shut ARGS`, under `ulimit -n LIMIT` if given; waits for its
     /// table row and reads the address from it.
     async fn proxy(dir: &Path, limit: Option<u32>, args: &[&str]) -> Snag {
-        let stderr = dir.join("stderr.log");
         let snag = env!("CARGO_BIN_EXE_snag");
         let mut command = match limit {
             Some(n) => {
-                let mut c = Command::new("bash");
+                let mut c = tokio::process::Command::new("bash");
                 c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), snag]);
                 c
             }
-            None => Command::new(snag),
+            None => tokio::process::Command::new(snag),
         };
-        let mut child = command
+        command
             .args([
                 "proxy",
                 "--name",
@@ -61,47 +51,44 @@ impl Snag {
                 "--seed",
                 "1",
             ])
-            .args(args)
+            .args(args);
+        Snag::start(dir, command, |line| {
+            line.strip_prefix("shut ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .await
+    }
+
+    /// Starts `command` with its stderr in `dir`; `listen` is read from the first
+    /// stdout line it picks.
+    async fn start(
+        dir: &Path,
+        mut command: tokio::process::Command,
+        listen: impl FnMut(&str) -> Option<SocketAddr>,
+    ) -> Snag {
+        let stderr = dir.join("stderr.log");
+        command
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let listen = tokio::task::spawn_blocking(move || {
-            for line in BufReader::new(stdout).lines() {
-                let line = line.unwrap();
-                if let Some(rest) = line.strip_prefix("shut ") {
-                    return rest.split_whitespace().next().unwrap().parse().unwrap();
-                }
-            }
-            panic!("snag proxy ended without its table row");
-        });
-        let listen = within(10, listen).await.unwrap();
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        let mut process = Process::spawn(command);
+        let listen = process.line(10, listen).await;
         Snag {
-            child,
+            process,
             listen,
             stderr,
         }
     }
 
     fn signal(&self) {
-        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
+        self.process.signal(Signal::SIGTERM);
     }
 
     /// Waits (at most `secs`) for the process to exit; its status.
     async fn exited(&mut self, secs: u64) -> std::process::ExitStatus {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "snag did not exit within {secs} s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.process.exit(secs).await
     }
 
     fn stderr(&self) -> String {
@@ -288,41 +275,17 @@ async fn a_second_signal_ends_every_connection_at_once_and_leaves_valid_files() 
 async fn the_api_server_drains_its_proxies_on_a_signal_and_closes_their_files() {
     let dir = scratch("serve-shutdown");
     let echo_addr = echo_server().await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_snag"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--seed",
-            "1",
-            "--shutdown-timeout",
-            "1s",
-        ])
-        .arg("--files-dir")
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let api: SocketAddr = within(
-        10,
-        tokio::task::spawn_blocking(move || {
-            for line in BufReader::new(stdout).lines() {
-                if let Some(rest) = line.unwrap().strip_prefix("control API on http://") {
-                    return rest.split_whitespace().next().unwrap().parse().unwrap();
-                }
-            }
-            panic!("snag serve ended without announcing its address");
-        }),
-    )
-    .await
-    .unwrap();
-    let mut snag = Snag {
-        child,
-        listen: api,
-        stderr: dir.join("stderr.log"),
-    };
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_snag"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--seed", "1"])
+        .args(["--shutdown-timeout", "1s", "--files-dir"])
+        .arg(&dir);
+    let mut snag = Snag::start(&dir, command, |line| {
+        let rest = line.strip_prefix("control API on http://")?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+    .await;
+    let api = snag.listen;
     let body = format!(
         r#"{{"name":"web","listen":"127.0.0.1:0","upstream":"{echo_addr}","capture":"web.pcapng","events":"web.jsonl"}}"#
     );

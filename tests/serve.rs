@@ -2,46 +2,22 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader},
-    net::SocketAddr,
-    path::PathBuf,
-    process::{Command, Stdio},
-};
+use std::{net::SocketAddr, path::PathBuf};
 
-use common::{echo_server, http, within};
-
-/// Kills the child by its PID when the test ends, however it ends.
-struct Child(std::process::Child);
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{echo_server, http, process::Process, within};
 
 /// Starts `program args`, waits for its "control API on http://ADDR" line.
-async fn start_api(program: &std::path::Path, args: &[&str]) -> (Child, SocketAddr) {
-    let mut child = Child(
-        Command::new(program)
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stdout = child.0.stdout.take().unwrap();
-    let addr = tokio::task::spawn_blocking(move || {
-        for line in BufReader::new(stdout).lines() {
-            let line = line.unwrap();
-            if let Some(rest) = line.strip_prefix("control API on http://") {
-                return rest.split_whitespace().next().unwrap().parse().unwrap();
-            }
-        }
-        panic!("snag serve ended without announcing its address");
-    })
-    .await
-    .unwrap();
-    (child, addr)
+async fn start_api(program: &std::path::Path, args: &[&str]) -> (Process, SocketAddr) {
+    let mut command = tokio::process::Command::new(program);
+    command.args(args);
+    let mut process = Process::spawn(command);
+    let addr = process
+        .line(10, |line| {
+            let rest = line.strip_prefix("control API on http://")?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .await;
+    (process, addr)
 }
 
 fn snag() -> PathBuf {
@@ -55,26 +31,19 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn ctl(api: SocketAddr, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(snag())
-        .args(["ctl", "--api", &api.to_string()])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let api = api.to_string();
+    let all: Vec<&str> = ["ctl", "--api", &api]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    let (code, out, err) = common::process::output(&all);
+    (code == 0, out, err)
 }
 
 #[test]
 fn a_remote_api_needs_a_token_or_an_explicit_insecure_flag() {
-    let out = Command::new(snag())
-        .args(["serve", "--listen", "0.0.0.0:0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (code, _, stderr) = common::process::output(&["serve", "--listen", "0.0.0.0:0"]);
+    assert_eq!(code, 2);
     assert!(
         stderr.contains("--listen 0.0.0.0:0") && stderr.contains("--token"),
         "{stderr}"
