@@ -1,6 +1,7 @@
 //! The interposer: one listener per upstream, an accept loop that applies the
 //! listener faults (`down`, `syn_drop`), and one relay task per connection.
 
+mod connection;
 pub mod http;
 mod listener;
 pub mod relay;
@@ -16,18 +17,14 @@ use std::{
     time::Duration,
 };
 
-use tokio::{
-    net::{TcpListener, TcpStream},
-    sync::watch,
-    time::timeout,
-};
-use tracing::{debug, info};
+use tokio::{net::TcpListener, sync::watch};
+use tracing::info;
 
-use self::relay::{Control, Ending, Faults, OnUpstreamError, Side};
+use self::relay::{Control, OnUpstreamError};
 use crate::{
     events::{Counters, EventLog},
     fault::{
-        ConnId, Fault, Kind, Scope,
+        Fault, Kind, Scope,
         config::ProxyConfig,
         drain::{Drain, DrainMode},
     },
@@ -463,90 +460,6 @@ pub async fn serve_probes(
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     listener::serve(listener, proxy, Scope::Probe, shutdown).await
-}
-
-async fn handle(
-    mut client: TcpStream,
-    conn: u64,
-    proxy: Arc<Proxy>,
-    faults: Faults,
-    control: Arc<Control>,
-    class: Scope,
-) {
-    let context = &proxy.context;
-    let upstream_addr = proxy.upstream();
-    let connect = timeout(context.connect_timeout, TcpStream::connect(&*upstream_addr)).await;
-    let mut upstream = match connect {
-        Ok(Ok(stream)) => stream,
-        failed => {
-            let why = match failed {
-                Ok(Err(err)) => err.to_string(),
-                _ => format!("no answer within {:?}", context.connect_timeout),
-            };
-            debug!(upstream = %upstream_addr, %why, "upstream connect failed");
-            proxy.counters.upstream_error();
-            proxy.event(
-                "upstream_failed",
-                serde_json::json!({ "connection": conn, "why": why }),
-            );
-            if context.on_upstream_error == OnUpstreamError::Reset {
-                socket::reset_on_close(&client);
-            }
-            debug!(ending = ?Ending::Reset { by: Side::Upstream }, "connection done");
-            proxy.unregister(conn);
-            return;
-        }
-    };
-    // Chunks are relayed as they come; Nagle would add its own delay to every fault's.
-    let _ = client.set_nodelay(true);
-    let _ = upstream.set_nodelay(true);
-    let id = ConnId {
-        seed: context.seed,
-        proxy: &proxy.name,
-        conn,
-        class,
-    };
-    let outcome = relay::run(
-        &mut client,
-        &mut upstream,
-        &faults,
-        &control,
-        id,
-        context.on_upstream_error,
-        context.capture.as_ref().and_then(|c| c.sender()),
-    )
-    .await;
-    proxy.unregister(conn);
-    let counts = [
-        outcome.received_up,
-        outcome.received_down,
-        outcome.sent_up,
-        outcome.sent_down,
-    ];
-    if counts == [0; 4] && outcome.ending == Ending::Eof {
-        proxy.counters.empty_connection();
-    }
-    if outcome.ending == (Ending::Reset { by: Side::Upstream }) && !outcome.fault_reset {
-        proxy.counters.upstream_reset();
-        proxy.event("upstream_reset", serde_json::json!({ "connection": conn }));
-    }
-    if outcome.fault_reset {
-        proxy.counters.fault_reset();
-        proxy.event(
-            "fault_reset",
-            serde_json::json!({ "connection": conn, "faults": outcome.applied }),
-        );
-    }
-    for (counter, n) in proxy.traffic.iter().zip(counts) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-    debug!(
-        sent_up = outcome.sent_up,
-        sent_down = outcome.sent_down,
-        faults = %outcome.applied.join(","),
-        ending = ?outcome.ending,
-        "connection done"
-    );
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! exhausted, too many requests in flight) is counted apart, never as the service's.
 
 mod plan;
+mod report;
 mod tally;
 
 use std::{
@@ -34,7 +35,7 @@ use tokio::{net::TcpStream, sync::Notify, time::Instant};
 use self::tally::{Outcome, Tally};
 pub use self::{
     plan::{Arrivals, Plan, Sessions, Shape, Target},
-    tally::{Kind, Lag, Report, Row},
+    report::{Kind, Lag, Report, Row},
 };
 use crate::shutdown::Shutdown;
 

@@ -15,7 +15,7 @@ use tokio::{
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{Mode, Proxy, handle, socket};
+use super::{Mode, Proxy, socket};
 use crate::{
     fault::{
         Fault, Kind, Scope,
@@ -120,7 +120,7 @@ pub(super) async fn serve(
                                 }.instrument(span));
                             }
                             None => {
-                                tracker.spawn(handle(stream, conn, proxy.clone(), faults.clone(), control, class).instrument(span));
+                                tracker.spawn(super::connection::handle(stream, conn, proxy.clone(), faults.clone(), control, class).instrument(span));
                             }
                         }
                     }

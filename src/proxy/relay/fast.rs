@@ -9,7 +9,10 @@ use bytes::Bytes;
 use nix::{errno::Errno, sys::socket::MsgFlags};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
-use super::{End, Flow, READ_SIZE, Sink, Source, Which, tap};
+use super::{
+    End, READ_SIZE, Sink, Source,
+    flow::{Flow, Which, tap},
+};
 use crate::capture::{self, Record};
 
 thread_local! {

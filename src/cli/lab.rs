@@ -1,0 +1,258 @@
+//! The flags of the lab's and the cases' commands.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::Args;
+
+/// `snag soak`.
+#[derive(Debug, Args)]
+pub struct SoakArgs {
+    /// How long the load runs, e.g. 10m or 60s.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Connections held open through snag at once, split over four proxies (TCP and
+    /// HTTP, each with byte-preserving and destructive faults).
+    #[arg(long, default_value_t = 9000)]
+    pub connections: usize,
+    /// Rounds (an echo there and back, or a request) per second over all connections.
+    #[arg(long, default_value_t = 4000)]
+    pub rate: u64,
+    /// How often a drain begins (it lasts 5 s); the first comes at half this.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub drain_every: Duration,
+    /// Where the JSON figures, the HTML chart and snag's log go.
+    #[arg(long, default_value = "reports/soak")]
+    pub report_dir: PathBuf,
+    /// Seed for every random choice; printed when not given.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// `snag case`.
+#[derive(Debug, Args)]
+pub struct CaseArgs {
+    /// `list`, `all`, or case names separated by commas (e.g. share-rr,sticky).
+    pub name: String,
+    /// The balancers under test: builtin, haproxy, nginx, or several separated by
+    /// commas; every case runs against each.
+    #[arg(long, default_value = "builtin", value_delimiter = ',')]
+    pub balancer: Vec<crate::lab::driver::Product>,
+    /// Shorter runs (for CI) that keep each property meaningful.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the HTML report and one JSON file per case go.
+    #[arg(long, default_value = "reports")]
+    pub report_dir: PathBuf,
+    /// Seed for every random choice; printed when not given.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// `snag backend`.
+#[derive(Debug, Args)]
+pub struct BackendArgs {
+    /// Its name, in `x-instance` and every body.
+    #[arg(long, env = "SNAG_BACKEND_ID")]
+    pub id: String,
+    /// Where it listens (port 0: the OS chooses; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: std::net::SocketAddr,
+    /// Added to every data request, e.g. 50ms.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub delay: Duration,
+    /// Serve data requests with this many workers, one request at a time each.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub workers: Option<u32>,
+    /// What one request takes a worker, e.g. 25ms.
+    #[arg(long, default_value = "25ms", value_parser = humantime::parse_duration, requires = "workers")]
+    pub work: Duration,
+    /// Requests that may wait for a worker: a number or `unbounded`; past it, 503.
+    #[arg(long, default_value = "unbounded", requires = "workers")]
+    pub queue: QueueBound,
+    /// Answers 200, or 503 while unhealthy (`POST /admin/health`).
+    #[arg(long, default_value = "/health")]
+    pub health_path: String,
+    /// Start with the dependency broken: data requests answer 200 with an error body.
+    #[arg(long)]
+    pub dependency_broken: bool,
+}
+
+/// `--queue N|unbounded`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueBound(pub Option<usize>);
+
+impl std::str::FromStr for QueueBound {
+    type Err = String;
+    fn from_str(s: &str) -> Result<QueueBound, String> {
+        match s {
+            "unbounded" => Ok(QueueBound(None)),
+            n => n
+                .parse()
+                .map(|n| QueueBound(Some(n)))
+                .map_err(|_| format!("{n:?} is neither a number nor `unbounded`")),
+        }
+    }
+}
+
+/// `snag balancer`.
+#[derive(Debug, Args)]
+pub struct BalancerArgs {
+    /// Where it listens (port 0: the OS chooses; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: std::net::SocketAddr,
+    /// A backend: `id=ADDR:PORT[,weight=N][,check=ADDR:PORT]`; repeat for each.
+    #[arg(long = "backend", required = true)]
+    pub backends: Vec<crate::lab::balancer::BackendSpec>,
+    /// rr, wrr, least, ip-hash, hash, consistent or random2.
+    #[arg(long, default_value = "rr")]
+    pub strategy: crate::lab::balancer::select::Strategy,
+    /// What hash and consistent hash: header:NAME, cookie:NAME or source.
+    #[arg(long, default_value = "header:x-session")]
+    pub hash_key: crate::lab::balancer::HashKey,
+    /// Turns active health checks on, one per backend at this interval.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub health_interval: Option<Duration>,
+    /// A check without a full answer by then failed.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub health_timeout: Duration,
+    /// Passes in a row that bring a backend back.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rise: u32,
+    /// Failures in a row that take it out.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub fall: u32,
+    /// What a check asks; '' for a transport check (TCP connect only).
+    #[arg(long, default_value = "/health")]
+    pub health_path: String,
+    /// Besides status 200, a check's body must contain this.
+    #[arg(long)]
+    pub health_expect_body: Option<String>,
+    /// Transport failures within --fail-timeout that take a backend out for as long
+    /// (nginx's max_fails); 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub max_fails: u32,
+    /// See --max-fails.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub fail_timeout: Duration,
+    /// A backend coming back ramps its weight up over this long.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub slow_start: Duration,
+    /// Other backends tried after a failure (connect failures always, others only for
+    /// idempotent methods).
+    #[arg(long, default_value_t = 0)]
+    pub retries: u32,
+    /// A backend without a response head by then failed (504).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Seed for random2.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// `snag load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// http://HOST:PORT/PATH
+    pub url: String,
+    /// Closed loop: connections, each sending when its last answer is in.
+    #[arg(short = 'c', long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub connections: u32,
+    /// Traffic window, e.g. 5s.
+    #[arg(short = 'd', long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Stop after this many transactions.
+    #[arg(short = 'n', long)]
+    pub requests: Option<u64>,
+    /// Open loop: requests per second, sent whether or not earlier ones were answered.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// A spike on the open-loop rate: step:PEAK@FROM..TO or ramp:LOW..HIGH@FROM..TO.
+    #[arg(long, requires = "rate")]
+    pub shape: Option<crate::lab::load::Shape>,
+    /// Keep reporting until this long after the start (queue depth, late answers).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub watch: Option<Duration>,
+    /// A request without a full answer by then is a timeout; its connection is closed.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub deadline: Option<Duration>,
+    /// Retries after a timeout or transport failure (never after an HTTP status).
+    #[arg(long, default_value_t = 0)]
+    pub retries: u32,
+    /// Wait before a retry.
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub retry_delay: Duration,
+    /// Session keys s0, s1 … spread over the requests.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub sessions: Option<u64>,
+    /// Requests per session (closed loop: one connection per session).
+    #[arg(long, requires = "sessions")]
+    pub per_session: Option<u64>,
+    /// The header that carries the session key.
+    #[arg(long, default_value = "x-session")]
+    pub session_header: hyper::header::HeaderName,
+    /// Carry the session key in this cookie instead.
+    #[arg(long)]
+    pub session_cookie: Option<String>,
+    /// The request method.
+    #[arg(long, default_value = "GET")]
+    pub method: hyper::Method,
+    /// The request body.
+    #[arg(long)]
+    pub body: Option<String>,
+    /// An extra request header, `Name: value`; repeat for more.
+    #[arg(short = 'H', long = "header", value_parser = header_line)]
+    pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+    /// Gives every transaction a unique id in this header (retries keep it).
+    #[arg(long)]
+    pub txn_header: Option<hyper::header::HeaderName>,
+    /// A new connection for every transaction, closed by the generator.
+    #[arg(long)]
+    pub new_connection: bool,
+    /// Speak HTTP/2 with prior knowledge (cleartext); requests are streams.
+    #[arg(long)]
+    pub http2: bool,
+    /// A 2xx answer whose body lacks this text counts as a bad-body error.
+    #[arg(long)]
+    pub expect_body: Option<String>,
+    /// Polled once a second for a JSON `depth` (e.g. a snag backend's /stats).
+    #[arg(long)]
+    pub stats_url: Option<String>,
+    /// Open loop: requests in flight beyond this are not sent (a generator failure).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_inflight: u64,
+    /// One JSON report at the end instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Makes transaction ids unique across runs; printed when not given.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+fn header_line(s: &str) -> Result<(hyper::header::HeaderName, hyper::header::HeaderValue), String> {
+    let (name, value) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected `Name: value`"))?;
+    let name = name
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?}: header name: {e}"))?;
+    let value = value
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?}: header value: {e}"))?;
+    Ok((name, value))
+}
+
+/// `snag ports`.
+#[derive(Debug, Args)]
+pub struct PortsArgs {
+    /// Only this destination's use of the pool.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub dest: Option<std::net::SocketAddr>,
+    /// Report again at this interval until Ctrl-C, e.g. 1s.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub watch: Option<Duration>,
+    /// One JSON object per report instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,355 @@
+//! One direction of one connection: `read → chain → ordered queue → write`, on the
+//! staged path while a fault applies, on the fast path ([`super::fast`]) otherwise.
+
+use std::{collections::VecDeque, pin::pin};
+
+use bytes::{Bytes, BytesMut};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    sync::mpsc,
+    time::{Instant, sleep_until},
+};
+
+use super::{Control, End, Faults, QUEUE_LIMIT, READ_SIZE, Side, Sink, Source};
+use crate::{
+    capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tcp::Peer},
+    fault::{Chain, ConnId, Direction, Kind, stage::Chunk, stage::Step},
+};
+
+/// One direction of one connection.
+pub(super) struct Flow<'a, R, W> {
+    pub(super) dir: Direction,
+    pub(super) src: R,
+    pub(super) dst: W,
+    pub(super) faults: Faults,
+    pub(super) control: &'a Control,
+    pub(super) id: ConnId<'a>,
+    pub(super) chain: Chain,
+    pub(super) queue: VecDeque<Step>,
+    pub(super) queued: usize,
+    pub(super) reset_at: Option<Instant>,
+    pub(super) src_done: bool,
+    /// A FIN towards the destination is queued (or was sent).
+    pub(super) fin_queued: bool,
+    pub(super) sent: u64,
+    pub(super) received: u64,
+    pub(super) applied: Vec<String>,
+    pub(super) tap: Option<mpsc::Sender<Record>>,
+    /// The connection's key in the capture, computed once.
+    pub(super) capture_key: u64,
+}
+
+impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
+    pub(super) fn new(
+        dir: Direction,
+        src: R,
+        dst: W,
+        faults: Faults,
+        control: &'a Control,
+        id: ConnId<'a>,
+        tap: Option<mpsc::Sender<Record>>,
+    ) -> Self {
+        Flow {
+            dir,
+            src,
+            dst,
+            faults,
+            control,
+            id,
+            chain: Chain::default(),
+            queue: VecDeque::new(),
+            queued: 0,
+            reset_at: None,
+            src_done: false,
+            fin_queued: false,
+            sent: 0,
+            received: 0,
+            capture_key: if tap.is_some() {
+                capture::key(id.proxy, id.conn)
+            } else {
+                0
+            },
+            tap,
+            applied: Vec::new(),
+        }
+    }
+
+    pub(super) fn side(&self, of: Which) -> Side {
+        match (self.dir, of) {
+            (Direction::Upstream, Which::Src) | (Direction::Downstream, Which::Dst) => Side::Client,
+            _ => Side::Upstream,
+        }
+    }
+
+    /// The (leg, sender) of bytes read from the source, and of bytes written.
+    pub(super) fn legs(&self) -> ((usize, Peer), (usize, Peer)) {
+        match self.dir {
+            Direction::Upstream => (
+                (CLIENT_LEG, Peer::Initiator),
+                (UPSTREAM_LEG, Peer::Initiator),
+            ),
+            Direction::Downstream => ((UPSTREAM_LEG, Peer::Acceptor), (CLIENT_LEG, Peer::Acceptor)),
+        }
+    }
+
+    /// The record of bytes read (`Which::Src`) or written (`Which::Dst`), if capturing.
+    pub(super) fn data_record(
+        &self,
+        which: Which,
+        data: Bytes,
+        note: Option<String>,
+    ) -> Option<Record> {
+        self.tap.as_ref()?;
+        let (leg, from) = if matches!(which, Which::Src) {
+            self.legs().0
+        } else {
+            self.legs().1
+        };
+        Some(Record::Data {
+            conn: self.capture_key,
+            leg,
+            from,
+            data,
+            note,
+            at: capture::now(),
+        })
+    }
+
+    /// The record of a FIN read from the source or sent to the destination.
+    pub(super) fn fin_record(&self, which: Which, note: Option<String>) -> Option<Record> {
+        self.tap.as_ref()?;
+        let (leg, from) = if matches!(which, Which::Src) {
+            self.legs().0
+        } else {
+            self.legs().1
+        };
+        Some(Record::Fin {
+            conn: self.capture_key,
+            leg,
+            from,
+            note,
+            at: capture::now(),
+        })
+    }
+
+    /// The comment for what a faulted direction writes.
+    pub(super) fn note(&self) -> Option<String> {
+        let names: Vec<&str> = self.chain.applied().collect();
+        (!names.is_empty()).then(|| format!("snag: {}", names.join(", ")))
+    }
+
+    pub(super) async fn run(&mut self) -> End {
+        let end = self.relay().await;
+        if !matches!(end, End::Eof | End::Closed) {
+            // Whatever ended this direction ends the connection: stop the other one.
+            self.control.abort();
+        }
+        end
+    }
+
+    pub(super) async fn relay(&mut self) -> End {
+        if let Some(end) = self.sync(false) {
+            return end;
+        }
+        loop {
+            let end = if self.chain.is_empty() && self.queue.is_empty() && !self.src_done {
+                self.fast().await
+            } else {
+                // Boxed: its timers and queues would otherwise sit in every idle
+                // connection's future; it is allocated only while faults are on.
+                Box::pin(self.staged()).await
+            };
+            if let Some(end) = end {
+                return end;
+            }
+            if let Some(end) = self.sync(true) {
+                return end;
+            }
+        }
+    }
+
+    /// The faulted path: one chunk, due time or fault change at a time, until the
+    /// direction ends (`Some`) or has nothing staged any more (`None`).
+    pub(super) async fn staged(&mut self) -> Option<End> {
+        let control = self.control;
+        while !(self.chain.is_empty() && self.queue.is_empty() && !self.src_done) {
+            // Registered before the checks, so a wake-up between them is not lost.
+            let mut woken = pin!(control.notify.notified());
+            woken.as_mut().enable();
+            if let Some(end) = control.stopped() {
+                return Some(end);
+            }
+            if self.faults.has_changed().unwrap_or(true) {
+                if let Some(end) = self.sync(true) {
+                    return Some(end);
+                }
+                continue;
+            }
+            let now = Instant::now();
+            let head_due = self.queue.front().map(Step::due);
+            let can_read = !self.src_done && self.queued < QUEUE_LIMIT;
+            let mut buf = BytesMut::new();
+            let mut out = Vec::new();
+            tokio::select! {
+                biased;
+                _ = woken => {}
+                _ = sleep_until(timer(self.reset_at.unwrap_or(now))), if self.reset_at.is_some() => return Some(End::Reset),
+                _ = sleep_until(timer(head_due.unwrap_or(now))), if head_due.is_some() => {
+                    if let Some(end) = self.send_head().await {
+                        return Some(end);
+                    }
+                }
+                read = async { buf.reserve(READ_SIZE); self.src.read_buf(&mut buf).await }, if can_read => {
+                    let now = Instant::now();
+                    match read {
+                        Ok(0) => {
+                            self.src_done = true;
+                            tap(&self.tap, self.fin_record(Which::Src, None)).await;
+                            self.chain.eof(now, &mut out);
+                        }
+                        Ok(n) => {
+                            self.received += n as u64;
+                            let data = buf.freeze();
+                            tap(&self.tap, self.data_record(Which::Src, data.clone(), None)).await;
+                            self.chain.chunk(Chunk { data, due: now }, &mut out);
+                        }
+                        Err(_) => return Some(End::PeerReset(self.side(Which::Src))),
+                    }
+                    self.enqueue(out);
+                }
+            }
+        }
+        None
+    }
+
+    /// Brings the chain in line with the proxy's faults. `release`: a change of faults
+    /// releases what the old chain was holding, at once, as Toxiproxy does when it
+    /// interrupts its stubs; a scheduled close or reset happens at once too.
+    pub(super) fn sync(&mut self, release: bool) -> Option<End> {
+        let faults = self.faults.borrow_and_update().clone();
+        if let Some(down) = faults
+            .iter()
+            .find(|f| f.kind == Kind::Down && f.acts_on_listener(self.id.class))
+        {
+            return Some(End::Down(down.name.clone()));
+        }
+        let now = Instant::now();
+        if release {
+            for step in &mut self.queue {
+                match step {
+                    Step::Send(c) => c.due = c.due.min(now),
+                    Step::Finish { at } | Step::Reset { at } => *at = (*at).min(now),
+                }
+            }
+            self.reset_at = self.reset_at.map(|at| at.min(now));
+        }
+        let mut out = Vec::new();
+        self.chain.sync(&faults, self.dir, self.id, now, &mut out);
+        if release && self.src_done && !self.fin_queued {
+            // The old chain swallowed the source's FIN (a blackhole); offer it to the
+            // new one, so removing the blackhole lets the close through.
+            self.chain.eof(now, &mut out);
+        }
+        for name in self.chain.applied() {
+            if !self.applied.iter().any(|a| a == name) {
+                self.applied.push(name.to_string());
+            }
+        }
+        self.enqueue(out);
+        None
+    }
+
+    pub(super) fn enqueue(&mut self, steps: Vec<Step>) {
+        for step in steps {
+            match step {
+                Step::Reset { at } => self.reset_at = Some(self.reset_at.map_or(at, |r| r.min(at))),
+                Step::Send(c) if c.data.is_empty() => {}
+                Step::Send(c) => {
+                    self.queued += c.data.len();
+                    self.queue.push_back(Step::Send(c));
+                }
+                finish => {
+                    self.fin_queued = true;
+                    self.queue.push_back(finish);
+                }
+            }
+        }
+    }
+
+    /// Performs the step at the head of the queue, which is due.
+    pub(super) async fn send_head(&mut self) -> Option<End> {
+        match self.queue.pop_front()? {
+            Step::Send(chunk) => {
+                self.queued -= chunk.data.len();
+                let end = self.write(&chunk.data).await;
+                if end.is_none() {
+                    tap(
+                        &self.tap,
+                        self.data_record(Which::Dst, chunk.data, self.note()),
+                    )
+                    .await;
+                }
+                end
+            }
+            Step::Finish { .. } => {
+                // A FIN the destination can no longer take is no news: it closed first.
+                let _ = self.dst.shutdown().await;
+                let note = if self.src_done { None } else { self.note() };
+                tap(&self.tap, self.fin_record(Which::Dst, note)).await;
+                Some(if self.src_done { End::Eof } else { End::Closed })
+            }
+            Step::Reset { .. } => Some(End::Reset),
+        }
+    }
+
+    /// Writes all of `data`, or says why the direction ended first. A fault change
+    /// does not interrupt it: the bytes were already released by the chain.
+    pub(super) async fn write(&mut self, data: &[u8]) -> Option<End> {
+        let control = self.control;
+        let mut written = 0;
+        while written < data.len() {
+            let mut woken = pin!(control.notify.notified());
+            woken.as_mut().enable();
+            if let Some(end) = control.stopped() {
+                return Some(end);
+            }
+            tokio::select! {
+                biased;
+                n = self.dst.write(&data[written..]) => match n {
+                    Ok(n) if n > 0 => {
+                        written += n;
+                        self.sent += n as u64;
+                    }
+                    _ => return Some(End::PeerReset(self.side(Which::Dst))),
+                },
+                _ = woken => {}
+            }
+        }
+        None
+    }
+}
+
+/// Hands `record` to the capture writer, waiting if it is behind: a capture loses no
+/// packet. Takes the sender alone so the future does not borrow the whole flow.
+pub(super) async fn tap(tap: &Option<mpsc::Sender<Record>>, record: Option<Record>) {
+    if let (Some(tx), Some(record)) = (tap, record)
+        && let Err(mpsc::error::TrySendError::Full(record)) = tx.try_send(record)
+    {
+        // Boxed: only a full queue waits, and the wait is large to keep in every future.
+        let _ = Box::pin(tx.send(record)).await;
+    }
+}
+
+/// tokio's timer rounds every deadline up to its next 1 ms tick, so a chunk due at
+/// `due` would leave 0.5 ms late on average, and up to 1 ms. Aiming half a tick early
+/// centres the error on zero: a chunk leaves within ±0.5 ms of its due time.
+fn timer(due: Instant) -> Instant {
+    due.checked_sub(std::time::Duration::from_micros(500))
+        .unwrap_or(due)
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum Which {
+    Src,
+    Dst,
+}
