@@ -104,8 +104,6 @@ pub struct Exchange {
     pub class: Scope,
     /// Body bytes sent to the client so far.
     pub sent: u64,
-    /// Body frames sent to the client so far.
-    pub frames: u64,
     /// How long the response head waits before it goes (summed over hooks).
     pub hold_head: Duration,
     /// How long the body waits before its first frame (summed over hooks).
@@ -121,7 +119,6 @@ impl Exchange {
             number,
             class,
             sent: 0,
-            frames: 0,
             hold_head: Duration::ZERO,
             hold_body: Duration::ZERO,
             seed,
@@ -225,7 +222,6 @@ pub(crate) mod tests {
             };
             let step = hooks.body(&mut frame, end, cx);
             cx.sent += frame.len() as u64;
-            cx.frames += 1;
             out.extend_from_slice(&frame);
             steps.push(step);
             if matches!(step, BodyStep::Close | BodyStep::Reset) {

@@ -122,7 +122,6 @@ impl Faulted {
             }
         }
         self.cx.sent += frame.len() as u64;
-        self.cx.frames += 1;
         self.ended |= end;
         if let Some(Drain {
             mode: DrainMode::Slow,
