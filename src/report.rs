@@ -129,6 +129,8 @@ pub struct CaseReport {
     pub balancer_under_test: String,
     /// What else the machine did while the case ran, where `/proc` says.
     pub host: Option<crate::host::Load>,
+    /// How late each backend's delays ended (backends that slept at all).
+    pub backends_overslept: Vec<(String, load::Lag)>,
     /// Why the host was too busy to judge the case, if it was: with a failed check,
     /// the verdict is HOST.
     pub host_evidence: Vec<String>,
@@ -145,7 +147,8 @@ impl CaseReport {
     }
 
     /// What says the host, not the balancer, was too busy for timing and shares to be
-    /// judged: other programs' CPU, and a generator that fell behind its schedule.
+    /// judged: other programs' CPU, backends whose delays ran long, and a generator
+    /// that fell behind its schedule.
     fn host_evidence(&self) -> Vec<String> {
         let mut evidence = Vec::new();
         if let Some(host) = self.host.filter(|h| h.busy()) {
@@ -154,6 +157,14 @@ impl CaseReport {
                 host.other_cores,
                 host.cores,
                 crate::host::BUSY_CORES
+            ));
+        }
+        for (backend, lag) in self.backends_overslept.iter().filter(|(_, l)| l.late()) {
+            evidence.push(format!(
+                "backend {backend}'s delays ended {:.1} ms late at p99 (max {:.1} ms), from {:.0} ms is behind",
+                lag.p99,
+                lag.max,
+                load::Lag::LATE_P99_MS
             ));
         }
         for run in &self.runs {

@@ -716,3 +716,31 @@ async fn a_request_count_ends_the_run_when_it_is_reached() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_backend_reports_how_late_its_delays_ended() {
+    within(20, async {
+        let (addr, backend) = start_backend("d", |c| c.delay = Duration::from_millis(20)).await;
+        assert!(backend.overslept().is_none(), "nothing slept yet");
+        let before = http(addr, "GET", "/stats", "", &[]).await;
+        assert!(
+            before.body.contains(r#""overslept_ms":null"#),
+            "{}",
+            before.body
+        );
+        for _ in 0..5 {
+            let t = tokio::time::Instant::now();
+            assert_eq!(http(addr, "GET", "/x", "", &[]).await.status, 200);
+            assert!(t.elapsed() >= Duration::from_millis(20));
+        }
+        let lag = backend.overslept().expect("five delays ended");
+        assert!(
+            lag.p50 > 0.0 && lag.p99 >= lag.p50 && lag.max >= lag.p99,
+            "{lag:?}"
+        );
+        let stats: serde_json::Value =
+            serde_json::from_str(&http(addr, "GET", "/stats", "", &[]).await.body).unwrap();
+        assert_eq!(stats["overslept_ms"]["max"].as_f64(), Some(lag.max));
+    })
+    .await;
+}

@@ -91,6 +91,7 @@ impl Bench {
                 seed,
                 balancer_under_test: product.name().into(),
                 host: None,
+                backends_overslept: Vec::new(),
                 host_evidence: Vec::new(),
             },
             shutdown,
@@ -137,6 +138,9 @@ impl Bench {
         }
         self.report.checks.extend(report.checks);
         self.report.notes.extend(report.notes);
+        self.report
+            .backends_overslept
+            .extend(report.backends_overslept);
         if self.report.balancer.is_null() {
             self.report.balancer = report.balancer;
         }

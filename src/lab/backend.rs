@@ -81,6 +81,9 @@ pub struct Backend {
     completed: AtomicU64,
     rejected: AtomicU64,
     pool: Option<Arc<Semaphore>>,
+    /// How much longer than its delay each delayed request slept, µs: the host's
+    /// scheduling, not the backend's work.
+    overslept: std::sync::Mutex<hdrhistogram::Histogram<u64>>,
 }
 
 impl Backend {
@@ -97,6 +100,10 @@ impl Backend {
             completed: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             pool: config.workers.map(|n| Arc::new(Semaphore::new(n))),
+            overslept: std::sync::Mutex::new(
+                hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                    .expect("bounds are valid"),
+            ),
             config,
         })
     }
@@ -126,6 +133,18 @@ impl Backend {
         self.delay_us.store(delay.as_micros() as u64, Relaxed);
     }
 
+    /// How late its delays ended, once it has slept at all: on an idle host a sleep
+    /// ends within a timer tick of its due time, so a late one is the host at work.
+    pub fn overslept(&self) -> Option<crate::lab::load::Lag> {
+        let h = self.overslept.lock().ok()?;
+        let ms = |us: u64| us as f64 / 1000.0;
+        (!h.is_empty()).then(|| crate::lab::load::Lag {
+            p50: ms(h.value_at_quantile(0.5)),
+            p99: ms(h.value_at_quantile(0.99)),
+            max: ms(h.max()),
+        })
+    }
+
     fn stats(&self) -> serde_json::Value {
         serde_json::json!({
             "id": self.config.id,
@@ -138,6 +157,7 @@ impl Backend {
             "healthy": self.healthy.load(Relaxed),
             "dependency_broken": self.broken.load(Relaxed),
             "delay_ms": self.delay_us.load(Relaxed) as f64 / 1000.0,
+            "overslept_ms": self.overslept(),
         })
     }
 
@@ -255,7 +275,12 @@ async fn answer(req: Request<Incoming>, backend: &Arc<Backend>) -> Response<Full
             backend.served.fetch_add(1, Relaxed);
             let delay = Duration::from_micros(backend.delay_us.load(Relaxed));
             if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+                let due = tokio::time::Instant::now() + delay;
+                tokio::time::sleep_until(due).await;
+                let late = tokio::time::Instant::now().saturating_duration_since(due);
+                if let Ok(mut h) = backend.overslept.lock() {
+                    h.saturating_record((late.as_micros() as u64).max(1));
+                }
             }
             if !backend.work().await {
                 return json(

@@ -143,6 +143,11 @@ impl Bench {
                 format!("{opened} opened to the backends; at most {peak} new in one second at one backend"),
             ));
         }
+        let overslept = self
+            .parts
+            .iter()
+            .filter_map(|p| Some((p.name.clone(), p.backend.overslept()?)));
+        self.report.backends_overslept.extend(overslept);
         self.report.elapsed_s = self.now_s();
         if let (Some(start), Some(end)) = (self.host, crate::host::Mark::now()) {
             self.report.host = Some(start.until(&end));
