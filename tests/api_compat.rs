@@ -10,7 +10,6 @@ use snag::api;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
-    time::Instant,
 };
 
 /// Creates proxy `name` to `upstream` and returns its bound address.
@@ -25,15 +24,7 @@ async fn create(api: SocketAddr, name: &str, upstream: SocketAddr) -> SocketAddr
 /// the test first makes that fault hold a message a minute, past the test's deadline,
 /// so a fault left in place fails the test without a wall-clock upper bound.
 async fn echoes(addr: SocketAddr) {
-    rtt(addr).await;
-}
-
-async fn rtt(addr: SocketAddr) -> Duration {
-    let mut c = TcpStream::connect(addr).await.unwrap();
-    let t = Instant::now();
-    c.write_all(b"ping").await.unwrap();
-    c.read_exact(&mut [0; 4]).await.unwrap();
-    t.elapsed()
+    common::rtt_to(addr).await;
 }
 
 #[tokio::test]
@@ -189,7 +180,7 @@ async fn a_latency_toxic_added_through_the_api_delays_the_proxy_and_goes_away() 
         )
         .await;
         assert_eq!(reply.status, 200);
-        let slow = rtt(proxy).await;
+        let slow = common::rtt_to(proxy).await;
         assert!(slow >= Duration::from_millis(200), "{slow:?}");
         let minute = r#"{"attributes":{"latency":60000}}"#;
         call(api, "POST", "/proxies/p/toxics/latency_downstream", minute).await;
@@ -257,7 +248,7 @@ async fn changing_the_upstream_restarts_the_proxy_and_keeps_its_toxics() {
         );
         assert_eq!(moved["upstream"], echo.to_string());
         assert_eq!(moved["toxics"][0]["name"], "latency_downstream");
-        assert!(rtt(proxy).await >= Duration::from_millis(100));
+        assert!(common::rtt_to(proxy).await >= Duration::from_millis(100));
     })
     .await;
 }

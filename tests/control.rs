@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::{net::SocketAddr, time::Duration};
+use std::net::SocketAddr;
 
 use clap::Parser;
 use common::{call, echo_server, json, spawn_api, within};
@@ -60,16 +60,14 @@ async fn a_timeline_step_after_an_upstream_change_acts_on_the_live_proxy() {
         echo_once(listen).await;
 
         // The timeline's step lands on the proxy the API shows, not on a replaced one.
-        let mut shown = serde_json::Value::Null;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while shown["toxics"].as_array().is_none_or(|t| t.is_empty()) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the step never showed: {shown}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            shown = json(&call(api, "GET", "/proxies/p", "").await);
-        }
+        let shown = common::eventually(5, "the timeline's step on the live proxy", || async {
+            let shown = json(&call(api, "GET", "/proxies/p", "").await);
+            shown["toxics"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty())
+                .then_some(shown)
+        })
+        .await;
         assert_eq!(shown["toxics"][0]["name"], "late");
         assert_eq!(shown["upstream"], second.to_string());
         // Its counters carried on across the change: both connections are counted.

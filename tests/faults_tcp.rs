@@ -18,10 +18,7 @@ async fn median_rtt(addr: std::net::SocketAddr, n: usize) -> Duration {
     client.set_nodelay(true).unwrap();
     let mut rtts = Vec::new();
     for _ in 0..n {
-        let t = Instant::now();
-        client.write_all(b"ping").await.unwrap();
-        client.read_exact(&mut [0; 4]).await.unwrap();
-        rtts.push(t.elapsed());
+        rtts.push(common::rtt(&mut client).await);
     }
     rtts.sort();
     rtts[n / 2]

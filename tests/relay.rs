@@ -10,7 +10,6 @@ use snag::proxy::{RunContext, relay::OnUpstreamError};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
-    time::Instant,
 };
 
 /// Writes `data`, half-closes, and reads everything back until EOF.
@@ -129,25 +128,16 @@ async fn upstream_reset_mid_stream_reaches_the_client_as_a_reset() {
     .await;
 }
 
-/// Round trip of one small message on an open connection.
-async fn rtt(client: &mut TcpStream) -> Duration {
-    let t = Instant::now();
-    client.write_all(b"ping").await.unwrap();
-    let mut buf = [0; 4];
-    client.read_exact(&mut buf).await.unwrap();
-    t.elapsed()
-}
-
 #[tokio::test]
 async fn faults_added_and_removed_at_run_time_reach_open_connections() {
     within(10, async {
         let (addr, proxy) = spawn_proxy(echo_server().await, &[]).await;
         let mut client = TcpStream::connect(addr).await.unwrap();
-        rtt(&mut client).await;
+        common::rtt(&mut client).await;
         proxy
             .add_fault("latency:latency=150".parse().unwrap())
             .unwrap();
-        let slow = rtt(&mut client).await;
+        let slow = common::rtt(&mut client).await;
         assert!(slow >= Duration::from_millis(150), "{slow:?}");
         // Made to hold a message a minute, past the test's deadline; removing it must
         // release the message now (the paused-time tests in `relay` time it exactly).
@@ -161,10 +151,10 @@ async fn faults_added_and_removed_at_run_time_reach_open_connections() {
         assert!(early.await.is_err(), "the minute's latency did not hold");
         proxy.remove_fault("latency_downstream").unwrap();
         client.read_exact(&mut buf).await.unwrap();
-        rtt(&mut client).await;
+        common::rtt(&mut client).await;
         // And the listener never closed: new connections work throughout.
         let mut other = TcpStream::connect(addr).await.unwrap();
-        rtt(&mut other).await;
+        common::rtt(&mut other).await;
     })
     .await;
 }

@@ -340,10 +340,12 @@ async fn out_of_descriptors_snag_backs_off_keeps_serving_and_recovers() {
                 // Waiting unserved: snag says whether it is out of descriptors, or
                 // only slow on a loaded machine.
                 Err(_) => {
-                    let deadline = Instant::now() + Duration::from_secs(2);
-                    while !snag.stderr().contains("accept failed") && Instant::now() < deadline {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
+                    let said = || snag.stderr().contains("accept failed");
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(2),
+                        common::until(3, "accept failed", said),
+                    )
+                    .await;
                     if snag.stderr().contains("accept failed") {
                         found = Some((snag, served, stream));
                     }

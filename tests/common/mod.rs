@@ -98,16 +98,49 @@ pub async fn within<T>(secs: u64, fut: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("did not finish within {secs}s"))
 }
 
-/// Waits until `cond` holds, polling every 5 ms, or panics after `secs`.
+/// Waits until `cond` holds, or panics after `secs`. For conditions nothing
+/// announces (counters, log lines, another process's state): checked every 5 ms.
 pub async fn until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    eventually(secs, what, || std::future::ready(cond().then_some(()))).await
+}
+
+/// Waits until `check` gives a value, or panics after `secs`: [`until`] for checks
+/// that must await (an API call).
+pub async fn eventually<T, F: Future<Output = Option<T>>>(
+    secs: u64,
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> T {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while !cond() {
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
             "timed out waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Round trip of one small message on an open connection to an echo: the one timer
+/// the tests use. Assert only that it is at least something on loopback.
+pub async fn rtt(stream: &mut tokio::net::TcpStream) -> Duration {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let t = tokio::time::Instant::now();
+    stream.write_all(b"ping").await.unwrap();
+    let mut buf = [0; 4];
+    stream.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"ping");
+    t.elapsed()
+}
+
+/// [`rtt`] on a new connection to `addr`.
+pub async fn rtt_to(addr: SocketAddr) -> Duration {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    rtt(&mut stream).await
 }
 
 pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
