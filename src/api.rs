@@ -309,6 +309,7 @@ pub async fn call(api: &Api, method: &Method, path: &str, body: &Bytes) -> Reply
         }
         ["proxies", _, "drain"] => &[Method::POST, Method::DELETE],
         ["proxies", _, "stats"] | ["proxies", _, "config"] => &[Method::GET],
+        ["proxies", _, "stats", "reset"] => &[Method::POST],
         ["proxies", _, "toxics"] => &[Method::GET, Method::POST],
         _ => return plain(StatusCode::NOT_FOUND, "404 page not found\n"),
     };
@@ -389,6 +390,10 @@ async fn route(api: &Api, method: &Method, segments: &[&str], body: &Bytes) -> R
         (_, ["proxies", name, "stats"]) => registry
             .proxy(name)
             .map(|proxy| json(StatusCode::OK, &proxy.counters().snapshot())),
+        // The window since the last reset, and a new one from now.
+        (_, ["proxies", name, "stats", "reset"]) => registry
+            .proxy(name)
+            .map(|proxy| json(StatusCode::OK, &proxy.counters().reset())),
         (&Method::GET, ["proxies", name, "toxics"]) => {
             registry.toxics(name).map(|t| json(StatusCode::OK, &t))
         }

@@ -35,9 +35,8 @@ pub enum Class {
 }
 
 /// One proxy's counters. Cheap to bump from any task.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Counters {
-    born: tokio::time::Instant,
     connections: AtomicU64,
     active: AtomicU64,
     probe_requests: AtomicU64,
@@ -52,12 +51,16 @@ pub struct Counters {
     drain_resets: AtomicU64,
     fault_resets: AtomicU64,
     goaways: AtomicU64,
+    probes_unanswered: AtomicU64,
+    probes_failed: AtomicU64,
     ids: Mutex<Ids>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Ids {
-    /// New connections in each second since the counters were made.
+    /// When the counters were made or last reset.
+    born: tokio::time::Instant,
+    /// New connections in each second since `born`.
     per_second: Vec<u64>,
     probes: std::collections::VecDeque<Probe>,
     seen: HashMap<String, u64>,
@@ -113,6 +116,11 @@ pub struct Stats {
     pub fault_resets: u64,
     /// HTTP/2 connections sent GOAWAY.
     pub goaways: u64,
+    /// Probes the prober got no answer to: dropped, reset or closed (status 0).
+    pub probes_unanswered: u64,
+    /// Probes a checker counts as failed: unanswered, or answered 4xx or 5xx
+    /// (HAProxy's and nginx's checks pass 2xx and 3xx only).
+    pub probes_failed: u64,
     /// Transaction ids seen more than once, with how many times.
     pub duplicates: BTreeMap<String, u64>,
     /// Transaction ids not tracked because the table was full.
@@ -125,24 +133,16 @@ pub struct Stats {
     pub probes: Vec<Probe>,
 }
 
-impl Default for Counters {
+impl Default for Ids {
     fn default() -> Self {
-        Counters {
+        Ids {
             born: tokio::time::Instant::now(),
-            connections: AtomicU64::default(),
-            active: AtomicU64::default(),
-            probe_requests: AtomicU64::default(),
-            data_requests: AtomicU64::default(),
-            statuses: Default::default(),
-            upstream_errors: AtomicU64::default(),
-            upstream_resets: AtomicU64::default(),
-            bad_requests: AtomicU64::default(),
-            empty_connections: AtomicU64::default(),
-            after_drain: AtomicU64::default(),
-            drain_resets: AtomicU64::default(),
-            fault_resets: AtomicU64::default(),
-            goaways: AtomicU64::default(),
-            ids: Mutex::default(),
+            per_second: Vec::new(),
+            probes: Default::default(),
+            seen: HashMap::new(),
+            untracked: 0,
+            instances: BTreeMap::new(),
+            disagreements: 0,
         }
     }
 }
@@ -152,12 +152,12 @@ impl Counters {
     pub fn connection_opened(&self) {
         self.connections.fetch_add(1, Ordering::Relaxed);
         self.active.fetch_add(1, Ordering::Relaxed);
-        let second = self.born.elapsed().as_secs() as usize;
+        let mut ids = self
+            .ids
+            .lock()
+            .expect("no code panics holding the ids lock");
+        let second = ids.born.elapsed().as_secs() as usize;
         if second < SECONDS_KEPT {
-            let mut ids = self
-                .ids
-                .lock()
-                .expect("no code panics holding the ids lock");
             if ids.per_second.len() <= second {
                 ids.per_second.resize(second + 1, 0);
             }
@@ -261,6 +261,12 @@ impl Counters {
 
     /// A probe was answered (or not: status 0).
     pub fn probe(&self, probe: Probe) {
+        if probe.status == 0 {
+            self.probes_unanswered.fetch_add(1, Ordering::Relaxed);
+        }
+        if probe.status == 0 || probe.status >= 400 {
+            self.probes_failed.fetch_add(1, Ordering::Relaxed);
+        }
         let mut ids = self
             .ids
             .lock()
@@ -273,14 +279,39 @@ impl Counters {
 
     /// Everything, now.
     pub fn snapshot(&self) -> Stats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let ids = self
             .ids
             .lock()
             .expect("no code panics holding the ids lock");
+        self.read(&ids, false)
+    }
+
+    /// The counts since the last reset (or since they were made), and a new window
+    /// from now: every count back to zero, the per-second timeline restarted, the
+    /// transaction ids and recent probes forgotten. Connections open now stay counted
+    /// as open. What happens during the reset lands in one window or the next.
+    pub fn reset(&self) -> Stats {
+        let mut ids = self
+            .ids
+            .lock()
+            .expect("no code panics holding the ids lock");
+        let stats = self.read(&ids, true);
+        *ids = Ids::default();
+        stats
+    }
+
+    /// The counts; `take`: zeroing each as it is read.
+    fn read(&self, ids: &Ids, take: bool) -> Stats {
+        let get = |c: &AtomicU64| {
+            if take {
+                c.swap(0, Ordering::Relaxed)
+            } else {
+                c.load(Ordering::Relaxed)
+            }
+        };
         Stats {
             connections: get(&self.connections),
-            active_connections: get(&self.active),
+            active_connections: self.active.load(Ordering::Relaxed),
             requests: BTreeMap::from([
                 ("data", get(&self.data_requests)),
                 ("probe", get(&self.probe_requests)),
@@ -298,6 +329,8 @@ impl Counters {
             drain_resets: get(&self.drain_resets),
             fault_resets: get(&self.fault_resets),
             goaways: get(&self.goaways),
+            probes_unanswered: get(&self.probes_unanswered),
+            probes_failed: get(&self.probes_failed),
             duplicates: ids
                 .seen
                 .iter()
@@ -449,5 +482,57 @@ mod tests {
         assert_eq!(s.instances[OTHER_INSTANCES], 500);
         assert_eq!(s.instances["b1"], 2, "names already kept go on counting");
         assert_eq!(s.instance_disagreements, (INSTANCE_LIMIT + 500) as u64);
+    }
+
+    fn probe(status: u16) -> Probe {
+        Probe {
+            unix_ms: 0,
+            path: "/health".into(),
+            status,
+            latency_ms: 1.0,
+        }
+    }
+
+    #[test]
+    fn probes_unanswered_and_failed_are_counted_beside_the_recent_list() {
+        let c = Counters::default();
+        for status in [200, 301, 0, 503, 404, 0, 200] {
+            c.probe(probe(status));
+        }
+        let s = c.snapshot();
+        assert_eq!((s.probes_unanswered, s.probes_failed), (2, 4));
+        assert_eq!(s.probes.len(), 7);
+    }
+
+    #[test]
+    fn a_reset_returns_the_window_and_starts_a_new_one_keeping_what_is_open() {
+        let c = Counters::default();
+        c.connection_opened();
+        c.connection_opened();
+        c.connection_closed();
+        c.request(Class::Data, false);
+        c.response(503);
+        c.transaction("t1");
+        c.transaction("t1");
+        c.probe(probe(0));
+        let window = c.reset();
+        assert_eq!(window.connections, 2);
+        assert_eq!(window.active_connections, 1);
+        assert_eq!(window.requests["data"], 1);
+        assert_eq!(window.responses["5xx"], 1);
+        assert_eq!(window.duplicates["t1"], 2);
+        assert_eq!(window.new_connections_per_second, [2]);
+        assert_eq!((window.probes_unanswered, window.probes.len()), (1, 1));
+        let after = c.snapshot();
+        assert_eq!(after.connections, 0);
+        assert_eq!(after.active_connections, 1, "still open");
+        assert_eq!(after.requests["data"], 0);
+        assert_eq!(after.responses["5xx"], 0);
+        assert!(after.duplicates.is_empty() && after.probes.is_empty());
+        assert!(after.new_connections_per_second.is_empty());
+        assert_eq!(after.probes_unanswered, 0);
+        // The same id after the reset is new to the new window.
+        c.transaction("t1");
+        assert!(c.snapshot().duplicates.is_empty());
     }
 }

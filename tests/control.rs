@@ -198,3 +198,34 @@ async fn every_field_the_cli_a_fault_file_and_the_api_accept_reaches_the_proxy()
     })
     .await;
 }
+
+#[tokio::test]
+async fn stats_can_be_read_by_window_through_the_api() {
+    within(10, async {
+        let api = spawn_api(Settings::default(), None).await;
+        let echo = echo_server().await;
+        let body = format!(r#"{{"name":"p","listen":"127.0.0.1:0","upstream":"{echo}"}}"#);
+        let created = json(&call(api, "POST", "/proxies", &body).await);
+        let listen: SocketAddr = created["listen"].as_str().unwrap().parse().unwrap();
+        echo_once(listen).await;
+        echo_once(listen).await;
+        let first = json(&call(api, "POST", "/proxies/p/stats/reset", "").await);
+        assert_eq!(first["connections"], 2, "{first}");
+        echo_once(listen).await;
+        let second = json(&call(api, "POST", "/proxies/p/stats/reset", "").await);
+        assert_eq!(second["connections"], 1, "{second}");
+        let now = json(&call(api, "GET", "/proxies/p/stats", "").await);
+        assert_eq!(now["connections"], 0, "{now}");
+        assert_eq!(
+            call(api, "GET", "/proxies/p/stats/reset", "").await.status,
+            405
+        );
+        assert_eq!(
+            call(api, "POST", "/proxies/nope/stats/reset", "")
+                .await
+                .status,
+            404
+        );
+    })
+    .await;
+}

@@ -210,6 +210,17 @@ async fn ctl_sends_every_field_of_a_fault_and_drives_what_the_api_has() {
             ok && out.lines().any(|l| l.starts_with("connections ")),
             "{out}{err}"
         );
+        // A window read: the counts so far, then a new window from zero.
+        let connect = |c: &str| c.starts_with("connections ");
+        let count = |out: &str| {
+            out.lines()
+                .find(|l| connect(l))
+                .map(|l| l.split_whitespace().last().unwrap().to_string())
+        };
+        let (ok, out, err) = ctl(api, &["stats", "b", "--reset"]);
+        assert!(ok && count(&out).is_some(), "{out}{err}");
+        let (ok, out, err) = ctl(api, &["stats", "b"]);
+        assert!(ok && count(&out).as_deref() == Some("0"), "{out}{err}");
         let (ok, out, err) = ctl(api, &["undrain", "b"]);
         assert!(ok && out.contains("accepting again"), "{out}{err}");
         let (ok, _, err) = ctl(api, &["drain", "b", "deadline"]);

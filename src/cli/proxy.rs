@@ -76,6 +76,10 @@ pub enum CtlCommand {
     Stats {
         /// The proxy.
         name: String,
+        /// Read the counts since the last reset and start a new window: each call
+        /// then shows one window.
+        #[arg(long)]
+        reset: bool,
     },
     /// Enable a disabled proxy, or disable an enabled one.
     Toggle {

@@ -124,10 +124,16 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
                 .await?;
             say!("{name} accepting again");
         }
-        CtlCommand::Stats { name } => {
-            let stats = client
-                .call(Method::GET, &format!("/proxies/{name}/stats"), None)
-                .await?;
+        CtlCommand::Stats { name, reset } => {
+            let stats = if reset {
+                client
+                    .call(Method::POST, &format!("/proxies/{name}/stats/reset"), None)
+                    .await?
+            } else {
+                client
+                    .call(Method::GET, &format!("/proxies/{name}/stats"), None)
+                    .await?
+            };
             print_stats(&stats);
         }
         CtlCommand::Reset => {
