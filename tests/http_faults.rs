@@ -160,9 +160,23 @@ async fn reset_mid_response_sends_the_head_and_part_of_the_body_then_rst() {
         assert_eq!((got.exit, got.status), (56, 200), "{}", got.stderr);
         assert!(got.stderr.contains("reset"), "{}", got.stderr);
         assert!(b"0123".starts_with(&got.body), "{:?}", got.body);
-        // Over HTTP/2 the same fault resets the one stream.
-        let h2 = curl(&format!("http://{proxy}/"), &["--http2-prior-knowledge"]).await;
-        assert_eq!((h2.exit, h2.status), (92, 200), "{}", h2.stderr);
+        // Over HTTP/2 the same fault resets the one stream, after its head and first
+        // bytes: the frames in the order nghttp received them. (curl's status for a
+        // stream reset right after its head is racy on a busy host: it can drop the
+        // head it had not yet handed to the transfer.)
+        let out = tokio::process::Command::new("nghttp")
+            .args(["-v", &format!("http://{proxy}/")])
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let frames: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split("recv ").nth(1)?.split(" frame").next())
+            .filter(|f| matches!(*f, "HEADERS" | "DATA" | "RST_STREAM"))
+            .collect();
+        assert_eq!(frames, ["HEADERS", "DATA", "RST_STREAM"], "{text}");
+        assert!(text.contains("error_code=INTERNAL_ERROR"), "{text}");
     })
     .await;
 }

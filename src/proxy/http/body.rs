@@ -23,8 +23,16 @@ use crate::{
     proxy::{Proxy, socket},
 };
 
-/// The longest an HTTP/2 cut waits for the frames before it to be written.
-const FLUSH_WAIT: Duration = Duration::from_millis(100);
+/// The longest an HTTP/2 cut waits for the frames before it to be written: long
+/// enough for a busy host, short enough that a client that stopped reading gets its
+/// reset soon.
+const FLUSH_WAIT: Duration = Duration::from_secs(1);
+
+/// The fewest bytes an HTTP/2 HEADERS frame takes: its 9-byte header and one byte of
+/// HPACK (`:status 200` indexed).
+const HEADERS_MIN: u64 = 10;
+/// A frame's header.
+const FRAME_HEADER: u64 = 9;
 
 /// How a hook ended the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,8 +61,11 @@ pub(super) struct Faulted {
     held: Option<Bytes>,
     cut: Option<Cut>,
     cutting: Cutting,
-    /// HTTP/2: the socket's bytes written when the last frame was handed over, and
-    /// until when to wait for them to leave before the stream is reset.
+    /// HTTP/2: the socket's bytes written before this response's head was handed
+    /// to hyper.
+    written_before: u64,
+    /// HTTP/2: how many bytes the socket must have written before the stream is
+    /// reset (this response's HEADERS and DATA at the least), and until when to wait.
     flushing: Option<(u64, tokio::time::Instant)>,
     h2: bool,
     socket: socket::Shared,
@@ -92,6 +103,7 @@ impl Faulted {
             held: None,
             cut: None,
             cutting: Cutting::No,
+            written_before: conn.socket.written(),
             flushing: None,
             h2,
             socket: conn.socket.clone(),
@@ -141,9 +153,16 @@ impl Faulted {
         match self.cutting {
             Cutting::Flush => {
                 self.cutting = Cutting::Now;
+                // Other streams' bytes count too, so this is a lower bound: the reset
+                // never goes before this response's frames could have left.
+                let data = if self.cx.sent > 0 {
+                    FRAME_HEADER + self.cx.sent
+                } else {
+                    0
+                };
                 self.flushing = self.h2.then(|| {
                     (
-                        self.socket.written(),
+                        self.written_before + HEADERS_MIN + data,
                         tokio::time::Instant::now() + FLUSH_WAIT,
                     )
                 });
@@ -155,8 +174,8 @@ impl Faulted {
                 // last bytes would never reach the client. Wait until the socket
                 // has taken them (bounded: a client that stopped reading gets the
                 // reset regardless).
-                if let Some((mark, until)) = self.flushing
-                    && self.socket.written() <= mark
+                if let Some((need, until)) = self.flushing
+                    && self.socket.written() < need
                     && tokio::time::Instant::now() < until
                 {
                     let mut tick = Box::pin(tokio::time::sleep(Duration::from_millis(1)));
