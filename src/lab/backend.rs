@@ -136,13 +136,7 @@ impl Backend {
     /// How late its delays ended, once it has slept at all: on an idle host a sleep
     /// ends within a timer tick of its due time, so a late one is the host at work.
     pub fn overslept(&self) -> Option<crate::lab::load::Lag> {
-        let h = self.overslept.lock().ok()?;
-        let ms = |us: u64| us as f64 / 1000.0;
-        (!h.is_empty()).then(|| crate::lab::load::Lag {
-            p50: ms(h.value_at_quantile(0.5)),
-            p99: ms(h.value_at_quantile(0.99)),
-            max: ms(h.max()),
-        })
+        crate::lab::load::Lag::of(&*self.overslept.lock().ok()?)
     }
 
     fn stats(&self) -> serde_json::Value {

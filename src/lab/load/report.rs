@@ -156,6 +156,16 @@ impl Lag {
     /// its tick is 1 ms, so on an idle machine sends leave within about that.
     pub const LATE_P99_MS: f64 = 10.0;
 
+    /// The figures of a histogram of µs; `None` when it is empty.
+    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Option<Lag> {
+        let ms = |us: u64| us as f64 / 1000.0;
+        (!h.is_empty()).then(|| Lag {
+            p50: ms(h.value_at_quantile(0.5)),
+            p99: ms(h.value_at_quantile(0.99)),
+            max: ms(h.max()),
+        })
+    }
+
     /// Whether the generator fell behind its schedule.
     pub fn late(&self) -> bool {
         self.p99 >= Lag::LATE_P99_MS

@@ -298,12 +298,8 @@ impl Tally {
             unfinished,
             errors_by_kind: self.errors.clone(),
             requests_per_s: self.ok as f64 / traffic.as_secs_f64().max(1e-3),
-            send_lag_ms: (matches!(plan.arrivals, Arrivals::Open { .. }) && !self.lag.is_empty())
-                .then(|| Lag {
-                    p50: ms(self.lag.value_at_quantile(0.5)),
-                    p99: ms(self.lag.value_at_quantile(0.99)),
-                    max: ms(self.lag.max()),
-                }),
+            send_lag_ms: Lag::of(&self.lag)
+                .filter(|_| matches!(plan.arrivals, Arrivals::Open { .. })),
             latency_ms: Latency {
                 p50: pct(0.5),
                 p90: pct(0.9),
