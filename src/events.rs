@@ -53,6 +53,8 @@ pub struct Counters {
     goaways: AtomicU64,
     probes_unanswered: AtomicU64,
     probes_failed: AtomicU64,
+    tls_failures: AtomicU64,
+    streams_refused: AtomicU64,
     ids: Mutex<Ids>,
 }
 
@@ -121,6 +123,11 @@ pub struct Stats {
     /// Probes a checker counts as failed: unanswered, or answered 4xx or 5xx
     /// (HAProxy's and nginx's checks pass 2xx and 3xx only).
     pub probes_failed: u64,
+    /// HTTP mode with TLS: client connections whose handshake failed (a client
+    /// that does not trust the certificate, speaks no TLS, or gave up).
+    pub tls_failures: u64,
+    /// HTTP/2 streams refused by a fault (RST_STREAM with REFUSED_STREAM).
+    pub streams_refused: u64,
     /// Transaction ids seen more than once, with how many times.
     pub duplicates: BTreeMap<String, u64>,
     /// Transaction ids not tracked because the table was full.
@@ -222,6 +229,16 @@ impl Counters {
     /// A GOAWAY went out on an HTTP/2 connection.
     pub fn goaway(&self) {
         self.goaways.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A client's TLS handshake failed.
+    pub fn tls_failure(&self) {
+        self.tls_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A fault refused an HTTP/2 stream.
+    pub fn stream_refused(&self) {
+        self.streams_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A request carried transaction id `id`.
@@ -331,6 +348,8 @@ impl Counters {
             goaways: get(&self.goaways),
             probes_unanswered: get(&self.probes_unanswered),
             probes_failed: get(&self.probes_failed),
+            tls_failures: get(&self.tls_failures),
+            streams_refused: get(&self.streams_refused),
             duplicates: ids
                 .seen
                 .iter()

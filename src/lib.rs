@@ -17,7 +17,7 @@
 //! 5. Faults: [`fault`] (what a fault is, TCP stages one per file, HTTP hooks in
 //!    [`fault::http`], drains, fault files). Plain data and pure logic, no I/O.
 //! 6. Leaves, the evidence and what every task uses: [`capture`], [`events`],
-//!    [`ports`], [`host`], [`shutdown`], [`seed`].
+//!    [`ports`], [`host`], [`shutdown`], [`seed`], [`tls`].
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
@@ -46,6 +46,7 @@ pub mod report;
 pub mod seed;
 pub mod shutdown;
 pub mod soak;
+pub mod tls;
 
 use crate::{cli::Cli, shutdown::Shutdown};
 

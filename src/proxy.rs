@@ -53,6 +53,9 @@ pub struct RunContext {
     pub events: Option<Arc<EventLog>>,
     /// Where both legs of every connection are captured, if anywhere.
     pub capture: Option<Arc<crate::capture::Capture>>,
+    /// Where the secrets of every TLS session go, if anywhere, so that a capture
+    /// can be decrypted.
+    pub keylog: Option<Arc<crate::tls::KeyLogFile>>,
 }
 
 impl RunContext {
@@ -66,6 +69,7 @@ impl RunContext {
             shutdown_timeout: Duration::ZERO,
             events: None,
             capture: None,
+            keylog: None,
         }
     }
 }
@@ -91,6 +95,10 @@ pub struct Proxy {
     counters: Counters,
     /// The drain under way, and when it began.
     drain: watch::Sender<Option<(Drain, tokio::time::Instant)>>,
+    /// HTTP mode's TLS and upstream clients; `None` in TCP mode.
+    http: Option<Arc<http::Legs>>,
+    /// A readiness drain's first step: since when probes fail.
+    unready: watch::Sender<Option<tokio::time::Instant>>,
 }
 
 /// Bytes relayed by a proxy's closed connections (open ones count once they close,
@@ -126,6 +134,10 @@ pub enum FaultError {
     /// No fault of that name.
     #[error("no fault `{0}`")]
     NotFound(String),
+    /// Its TLS or upstream protocol cannot be set up (an unreadable key, a
+    /// certificate that does not match it, h2 without TLS …).
+    #[error("{0}")]
+    Setup(String),
 }
 
 impl Proxy {
@@ -133,6 +145,15 @@ impl Proxy {
     /// start; `Err` if one cannot act in its mode or two share a name.
     pub fn new(mut config: ProxyConfig, context: RunContext) -> Result<Arc<Proxy>, FaultError> {
         let faults = std::mem::take(&mut config.faults);
+        let http = match config.mode {
+            Mode::Http => Some(Arc::new(
+                http::Legs::new(&config, &context).map_err(FaultError::Setup)?,
+            )),
+            Mode::Tcp => {
+                config.check_legs().map_err(FaultError::Setup)?;
+                None
+            }
+        };
         let proxy = Proxy {
             name: config.name.clone(),
             upstream: std::sync::RwLock::new(Arc::from(config.upstream.as_str())),
@@ -145,6 +166,8 @@ impl Proxy {
             traffic: Default::default(),
             counters: Counters::default(),
             drain: watch::Sender::new(None),
+            http,
+            unready: watch::Sender::new(None),
         };
         for fault in faults {
             proxy.add_fault(fault)?;
@@ -194,6 +217,11 @@ impl Proxy {
         &self.context
     }
 
+    /// HTTP mode's legs; `None` in TCP mode.
+    pub fn http_legs(&self) -> Option<Arc<http::Legs>> {
+        self.http.clone()
+    }
+
     /// Its counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -214,6 +242,22 @@ impl Proxy {
     /// Starts draining: new connections are refused or ignored, open ones finish as
     /// `drain.mode` says. A deadline resets what is still open after the timeout.
     pub fn drain(self: &Arc<Self>, drain: Drain) {
+        if let Some((grace, then)) = drain.readiness() {
+            info!(proxy = %self.name, ?grace, "readiness drain: probes fail first");
+            self.event("probes_failing", serde_json::json!({ "drain": drain }));
+            self.unready.send_replace(Some(tokio::time::Instant::now()));
+            let proxy = self.clone();
+            let mut changed = self.unready.subscribe();
+            changed.mark_unchanged();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep(grace) => proxy.drain(then),
+                    // Undrained (or drained again) first: this step no longer holds.
+                    _ = changed.changed() => {}
+                }
+            });
+            return;
+        }
         info!(proxy = %self.name, mode = ?drain.mode, "drain started");
         self.event("drain_started", serde_json::json!({ "drain": drain }));
         self.drain
@@ -253,10 +297,21 @@ impl Proxy {
 
     /// Ends the drain: the listener accepts again.
     pub fn undrain(&self) {
+        self.unready.send_replace(None);
         let _ = self.remove_fault(SLOW_DRAIN);
         info!(proxy = %self.name, "drain ended");
         self.event("drain_ended", serde_json::json!({}));
         self.drain.send_replace(None);
+    }
+
+    /// Whether a readiness drain has health probes failing (its first step).
+    pub fn unready(&self) -> bool {
+        self.unready.borrow().is_some()
+    }
+
+    /// Wakes when probes start or stop failing.
+    pub(crate) fn unready_changes(&self) -> watch::Receiver<Option<tokio::time::Instant>> {
+        self.unready.subscribe()
     }
 
     fn reset_all(&self) {
@@ -482,6 +537,7 @@ mod tests {
             timeout: ms,
             new: NewConns::Refuse,
             rate: 0,
+            grace: 0,
         }
     }
 

@@ -481,7 +481,7 @@ async fn drains_and_stats_come_through_the_api() {
         .await;
         assert_eq!(
             reply.body,
-            r#"{"drain":{"mode":"graceful","timeout":0,"new":"refuse","rate":0}}"#
+            r#"{"drain":{"mode":"graceful","timeout":0,"new":"refuse","rate":0,"grace":0}}"#
         );
         common::refused(proxy).await;
         assert_eq!(

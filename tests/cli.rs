@@ -117,6 +117,31 @@ fn bad_flags_exit_2_and_name_the_flag() {
     let (code, stderr) = snag(&["proxy", "--upstream", "127.0.0.1:1"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("--listen"), "{stderr}");
+    // TLS and protocols that cannot work: exit 2, the flag or the file named.
+    let tls_cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "--mode",
+                "http",
+                "--tls-cert",
+                "/nonexistent/cert.pem",
+                "--tls-key",
+                "/nonexistent/key.pem",
+            ],
+            "/nonexistent/cert.pem: cannot read",
+        ),
+        (&["--upstream-ca", "ca.pem"], "need mode http"),
+        (
+            &["--mode", "http", "--upstream-protocol", "h3"],
+            "--upstream-protocol",
+        ),
+    ];
+    for (extra, want) in tls_cases {
+        let args: Vec<&str> = base.iter().chain(extra.iter()).copied().collect();
+        let (code, stderr) = snag(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: want {want:?} in {stderr}");
+    }
     let (code, stderr) = snag(&["proxy", "--file", "/nonexistent.toml"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("/nonexistent.toml"), "{stderr}");

@@ -131,6 +131,9 @@ fn every_field(listen: &str) -> serde_json::Value {
         "probe_listen": "127.0.0.1:0",
         "id_headers": ["x-txn"],
         "instance": "inst",
+        "tls": null,
+        "upstream_protocol": "h2c",
+        "upstream_tls": null,
         "faults": [{
             "name": "slow", "type": "http_delay", "stream": "downstream", "toxicity": 0.5,
             "scope": "probe", "attributes": { "delay": 5, "at": "body" },
@@ -146,7 +149,7 @@ async fn every_field_the_cli_a_fault_file_and_the_api_accept_reaches_the_proxy()
             "snag", "proxy", "--name", "full", "--listen", "127.0.0.1:0", "--upstream",
             "127.0.0.1:9", "--mode", "http", "--probe-path", "/hc", "--probe-header",
             "User-Agent=kube", "--probe-method", "HEAD", "--probe-listen", "127.0.0.1:0",
-            "--id-header", "X-Txn", "--instance", "inst", "--fault",
+            "--id-header", "X-Txn", "--instance", "inst", "--upstream-protocol", "h2c", "--fault",
             "http_delay:delay=5,at=body,name=slow,toxicity=0.5,scope=probe",
         ])
         .unwrap();
@@ -169,6 +172,7 @@ async fn every_field_the_cli_a_fault_file_and_the_api_accept_reaches_the_proxy()
             probe_listen = "127.0.0.1:0"
             id_headers = ["X-Txn"]
             instance = "inst"
+            upstream_protocol = "h2c"
             [[proxy.fault]]
             name = "slow"
             type = "http_delay"
@@ -187,6 +191,7 @@ async fn every_field_the_cli_a_fault_file_and_the_api_accept_reaches_the_proxy()
             "name": "full", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9",
             "mode": "http", "probe": { "paths": ["/hc"], "headers": { "user-agent": "kube" }, "methods": ["HEAD"] },
             "probe_listen": "127.0.0.1:0", "id_headers": ["X-Txn"], "instance": "inst",
+            "upstream_protocol": "h2c",
         });
         let created = call(api, "POST", "/proxies", &body.to_string()).await;
         assert_eq!(created.status, 201, "{}", created.body);

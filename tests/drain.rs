@@ -38,6 +38,7 @@ fn drain(mode: DrainMode, timeout: u64) -> Drain {
         timeout,
         new: NewConns::Refuse,
         rate: 0,
+        grace: 0,
     }
 }
 
@@ -219,6 +220,7 @@ async fn a_slow_drain_paces_responses_in_flight() {
             timeout: 0,
             new: NewConns::Refuse,
             rate: 10,
+            grace: 0,
         });
         let mut answer = Vec::new();
         c.read_to_end(&mut answer).await.unwrap();
@@ -305,6 +307,7 @@ async fn a_slow_tcp_drain_paces_open_connections() {
             timeout: 0,
             new: NewConns::Refuse,
             rate: 10,
+            grace: 0,
         });
         assert!(proxy.faults().iter().any(|f| f.name == proxy::SLOW_DRAIN));
         let t = Instant::now();
@@ -322,6 +325,102 @@ async fn a_slow_tcp_drain_paces_open_connections() {
         );
         proxy.undrain();
         assert!(proxy.faults().is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_readiness_drain_fails_probes_first_while_data_is_served_then_drains() {
+    within(20, async {
+        let (backend, seen) = http_backend("hello").await;
+        let (addr, proxy) = spawn(backend, Mode::Http, None).await;
+        // A keep-alive data connection open before the drain.
+        let mut open = TcpStream::connect(addr).await.unwrap();
+        proxy.drain("readiness:grace=600".parse::<Drain>().unwrap());
+        let t = Instant::now();
+        // Probes get 503 from snag; data reaches the backend; new connections are
+        // accepted.
+        let probe = common::curl(&format!("http://{addr}/health"), &[]).await;
+        assert_eq!(probe.status, 503, "{}", probe.stderr);
+        let data = common::curl(&format!("http://{addr}/orders"), &[]).await;
+        assert_eq!(
+            (data.status, data.body.as_slice()),
+            (200, b"hello".as_slice())
+        );
+        assert_eq!(
+            seen.lock()
+                .unwrap()
+                .iter()
+                .map(|s| s.path.as_str())
+                .collect::<Vec<_>>(),
+            ["/orders"],
+            "the probe never reached the backend"
+        );
+        assert!(proxy.draining().is_none() && proxy.unready());
+        // Then the graceful drain: the listener refuses, no sooner than the grace.
+        refused_within(addr, 5).await;
+        assert!(
+            t.elapsed() >= Duration::from_millis(600),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(proxy.draining().map(|d| d.mode), Some(DrainMode::Graceful));
+        // The connection opened before it is closed, idle, by the drain.
+        assert_eq!(open.read(&mut [0; 8]).await.unwrap(), 0);
+        proxy.undrain();
+        assert!(!proxy.unready());
+        assert_eq!(
+            common::curl(&format!("http://{addr}/health"), &[])
+                .await
+                .status,
+            200
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_readiness_drain_in_tcp_mode_refuses_the_probe_listener_first() {
+    within(20, async {
+        let upstream = echo_server().await;
+        let mut config = common::config("t", upstream, &[]);
+        config.probe_listen = Some("127.0.0.1:0".parse().unwrap());
+        let data_listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let probe_listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let (data, probes) = (
+            data_listener.local_addr().unwrap(),
+            probe_listener.local_addr().unwrap(),
+        );
+        let proxy = Proxy::new(config, RunContext::new(1)).unwrap();
+        tokio::spawn(proxy::serve_all(
+            data_listener,
+            Some(probe_listener),
+            proxy.clone(),
+            snag::shutdown::Shutdown::never(),
+        ));
+        proxy.drain("readiness:grace=60000".parse::<Drain>().unwrap());
+        refused(probes).await;
+        let mut c = TcpStream::connect(data).await.unwrap();
+        c.write_all(b"ping").await.unwrap();
+        let mut got = [0; 4];
+        c.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+        proxy.undrain();
+        common::eventually(5, "the probe listener back", || async {
+            TcpStream::connect(probes).await.ok()
+        })
+        .await;
+    })
+    .await;
+}
+
+/// Waits, at most `secs`, until connecting to `addr` is refused.
+async fn refused_within(addr: SocketAddr, secs: u64) {
+    common::eventually(secs, "the listener to refuse", || async {
+        match TcpStream::connect(addr).await {
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Some(()),
+            _ => None,
+        }
     })
     .await;
 }

@@ -151,6 +151,25 @@ async fn a_probe_scoped_fault_leaves_data_alone_and_the_reverse() {
     .await;
 }
 
+/// `nghttp -v ARGS`: the HEADERS, DATA and RST_STREAM frames it received, in order,
+/// and its whole log.
+async fn nghttp(args: &[&str]) -> (Vec<String>, String) {
+    let out = tokio::process::Command::new("nghttp")
+        .arg("-v")
+        .args(args)
+        .output()
+        .await
+        .expect("nghttp is installed (scripts/install-deps.sh)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let frames = text
+        .lines()
+        .filter_map(|l| l.split("recv ").nth(1)?.split(" frame").next())
+        .filter(|f| matches!(*f, "HEADERS" | "DATA" | "RST_STREAM"))
+        .map(String::from)
+        .collect();
+    (frames, text)
+}
+
 #[tokio::test]
 async fn reset_mid_response_sends_the_head_and_part_of_the_body_then_rst() {
     within(10, async {
@@ -164,19 +183,101 @@ async fn reset_mid_response_sends_the_head_and_part_of_the_body_then_rst() {
         // bytes: the frames in the order nghttp received them. (curl's status for a
         // stream reset right after its head is racy on a busy host: it can drop the
         // head it had not yet handed to the transfer.)
-        let out = tokio::process::Command::new("nghttp")
-            .args(["-v", &format!("http://{proxy}/")])
-            .output()
-            .await
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        let frames: Vec<&str> = text
-            .lines()
-            .filter_map(|l| l.split("recv ").nth(1)?.split(" frame").next())
-            .filter(|f| matches!(*f, "HEADERS" | "DATA" | "RST_STREAM"))
-            .collect();
+        let (frames, text) = nghttp(&[&format!("http://{proxy}/")]).await;
         assert_eq!(frames, ["HEADERS", "DATA", "RST_STREAM"], "{text}");
         assert!(text.contains("error_code=INTERNAL_ERROR"), "{text}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn refused_stream_resets_http2_streams_with_refused_stream_before_the_upstream() {
+    within(10, async {
+        let (backend, seen) = http_backend("hello").await;
+        let mut config = common::config("h", backend, &["refused_stream:toxicity=1"]);
+        config.mode = Mode::Http;
+        let (proxy, snag) = common::serve(config, RunContext::new(1)).await;
+        // nghttp sees only the RST_STREAM, with REFUSED_STREAM, on each of its streams.
+        let (frames, text) = nghttp(&[
+            "-n",
+            &format!("http://{proxy}/a"),
+            &format!("http://{proxy}/b"),
+        ])
+        .await;
+        assert_eq!(frames, ["RST_STREAM", "RST_STREAM"], "{text}");
+        assert_eq!(
+            text.matches("error_code=REFUSED_STREAM(0x07)").count(),
+            2,
+            "{text}"
+        );
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "nothing reached the upstream"
+        );
+        assert_eq!(snag.counters().snapshot().streams_refused, 2);
+        // HTTP/1.1 has no stream to refuse: it passes.
+        let h1 = curl(&format!("http://{proxy}/"), &[]).await;
+        assert_eq!((h1.status, h1.body.as_slice()), (200, b"hello".as_slice()));
+    })
+    .await;
+}
+
+/// Reads one HTTP/1.1 response (Content-Length body) from `c`: its head, lower case.
+async fn response_head(c: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            c.read(&mut byte).await.unwrap(),
+            1,
+            "closed mid-head: {got:?}"
+        );
+        got.push(byte[0]);
+    }
+    let head = String::from_utf8(got).unwrap().to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .map_or(0, |n| n.trim().parse().unwrap());
+    let mut body = vec![0; len];
+    c.read_exact(&mut body).await.unwrap();
+    head
+}
+
+#[tokio::test]
+async fn keepalive_close_ends_keep_alive_on_the_nth_response_or_when_idle() {
+    within(10, async {
+        let (backend, seen) = http_backend("hello").await;
+        // Every 2nd response of a connection says close, and the connection ends.
+        let proxy = http_proxy(backend, &["keepalive_close:every=2"]).await;
+        let mut c = TcpStream::connect(proxy).await.unwrap();
+        let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        c.write_all(request).await.unwrap();
+        assert!(!response_head(&mut c).await.contains("connection: close"));
+        c.write_all(request).await.unwrap();
+        assert!(response_head(&mut c).await.contains("connection: close"));
+        assert_eq!(c.read(&mut [0; 16]).await.unwrap(), 0, "FIN after the 2nd");
+        assert_eq!(seen.lock().unwrap().len(), 2);
+
+        // Idle 300 ms after a response: the connection is closed (FIN), not before.
+        let proxy = http_proxy(backend, &["keepalive_close:every=0,idle=300"]).await;
+        let mut c = TcpStream::connect(proxy).await.unwrap();
+        c.write_all(request).await.unwrap();
+        response_head(&mut c).await;
+        let t = Instant::now();
+        assert_eq!(c.read(&mut [0; 16]).await.unwrap(), 0, "FIN when idle");
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            t.elapsed()
+        );
+        // A request sent as it closes meets a closed connection: the client's error.
+        let write = c.write_all(request).await;
+        let read = c.read(&mut [0; 16]).await;
+        assert!(
+            write.is_err() || !matches!(read, Ok(n) if n > 0),
+            "{write:?} {read:?}"
+        );
     })
     .await;
 }

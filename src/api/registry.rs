@@ -21,7 +21,9 @@ use crate::{
     shutdown::Shutdown,
 };
 
-pub use self::wire::{CaptureInput, ProxyInput, ProxyView, ToxicView, resolve};
+pub use self::wire::{
+    CaptureInput, ProxyInput, ProxyView, TlsInput, ToxicView, UpstreamTlsInput, resolve,
+};
 use self::{
     files::OwnFiles,
     wire::{fixed_field_changed, go_listen_error, toxics, view},
@@ -126,6 +128,7 @@ impl Registry {
         if let Some(at) = &input.probe_listen {
             config.probe_listen = Some(resolve(at).await.map_err(Error::Listen)?);
         }
+        self.legs(&input, &mut config)?;
         let (context, files) = self.own_files(&input)?;
         let enabled = input.enabled.unwrap_or(true);
         self.insert(

@@ -7,10 +7,11 @@ use clap::{Args, Subcommand};
 use crate::{
     fault::{
         Fault, ProbeRules,
-        config::ProxyConfig,
+        config::{ProxyConfig, UpstreamProtocol},
         drain::{Drain, DrainAt},
     },
     proxy::{Mode, relay::OnUpstreamError},
+    tls::{ListenTls, UpstreamTls},
 };
 
 /// `snag ctl`.
@@ -59,8 +60,8 @@ pub enum CtlCommand {
         #[arg(long, value_name = "FILE")]
         capture: Option<String>,
     },
-    /// Drain a proxy: MODE[:timeout=MS,new=refuse|ignore,rate=KBPS], MODE one of
-    /// graceful, slow, deadline, abrupt.
+    /// Drain a proxy: MODE[:timeout=MS,new=refuse|ignore,rate=KBPS,grace=MS], MODE one
+    /// of graceful, slow, deadline, abrupt, readiness.
     Drain {
         /// The proxy.
         name: String,
@@ -220,11 +221,61 @@ pub struct ProxyArgs {
     /// proxy's --name); responses naming another are counted as disagreements.
     #[arg(long, value_name = "NAME", conflicts_with = "file")]
     pub instance: Option<String>,
+    /// In http mode, TLS on the listener(s) with this PEM certificate chain (ALPN h2
+    /// and http/1.1); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key", conflicts_with_all = ["file", "tls_generate"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert",
+        conflicts_with = "file"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// In http mode, TLS with a certificate made for this run, for localhost,
+    /// 127.0.0.1, ::1 and each --tls-name; the CA that signed it is written to
+    /// CA_FILE for the client to trust.
+    #[arg(long, value_name = "CA_FILE", conflicts_with = "file")]
+    pub tls_generate: Option<PathBuf>,
+    /// Another name for the certificate --tls-generate makes (repeatable).
+    #[arg(
+        long = "tls-name",
+        value_name = "NAME",
+        requires = "tls_generate",
+        conflicts_with = "file"
+    )]
+    pub tls_names: Vec<String>,
+    /// In http mode, the protocol spoken to the upstream: h1, h2c (HTTP/2 in clear),
+    /// h2 (HTTP/2 over TLS, by ALPN), or auto (over TLS what ALPN agrees, in clear
+    /// what the client spoke).
+    #[arg(
+        long,
+        default_value = "h1",
+        value_name = "h1|h2c|h2|auto",
+        conflicts_with = "file"
+    )]
+    pub upstream_protocol: UpstreamProtocol,
+    /// In http mode, TLS to the upstream, verified against the system's roots unless
+    /// --upstream-ca or --upstream-insecure says otherwise.
+    #[arg(long, conflicts_with = "file")]
+    pub upstream_tls: bool,
+    /// The name sent in SNI and checked in the upstream's certificate (default: the
+    /// upstream's host); implies --upstream-tls.
+    #[arg(long, value_name = "NAME", conflicts_with = "file")]
+    pub upstream_sni: Option<String>,
+    /// Trust this CA (PEM) for the upstream's certificate; implies --upstream-tls.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["file", "upstream_insecure"])]
+    pub upstream_ca: Option<PathBuf>,
+    /// Accept any certificate from the upstream; implies --upstream-tls.
+    #[arg(long, conflicts_with = "file")]
+    pub upstream_insecure: bool,
     /// In http mode, requests with this method are probes, e.g. HEAD (repeatable).
     #[arg(long = "probe-method", value_name = "METHOD", conflicts_with = "file")]
     pub probe_methods: Vec<String>,
-    /// Drain the proxy: MODE[:timeout=MS,new=refuse|ignore,rate=KBPS][@OFFSET], MODE
-    /// one of graceful, slow, deadline, abrupt; e.g. deadline:timeout=2000@5s.
+    /// Drain the proxy: MODE[:timeout=MS,new=refuse|ignore,rate=KBPS,grace=MS][@OFFSET],
+    /// MODE one of graceful, slow, deadline, abrupt, readiness (probes fail for grace
+    /// ms first); e.g. deadline:timeout=2000@5s.
     #[arg(long, value_name = "SPEC", conflicts_with = "file")]
     pub drain: Option<DrainAt>,
     /// A fault file (faults/*.toml): several proxies, their faults and a timeline.
@@ -261,6 +312,30 @@ impl ProxyArgs {
             config.set_id_headers(&self.id_headers);
         }
         config.instance = self.instance.clone();
+        config.tls = match (&self.tls_cert, &self.tls_key, &self.tls_generate) {
+            (Some(cert), Some(key), _) => Some(ListenTls::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (_, _, Some(ca_out)) => Some(ListenTls::Generated {
+                ca_out: ca_out.clone(),
+                names: self.tls_names.clone(),
+            }),
+            _ => None,
+        };
+        config.upstream_protocol = self.upstream_protocol;
+        let upstream_tls = self.upstream_tls
+            || self.upstream_sni.is_some()
+            || self.upstream_ca.is_some()
+            || self.upstream_insecure;
+        config.upstream_tls = upstream_tls.then(|| UpstreamTls {
+            sni: self.upstream_sni.clone(),
+            ca: self.upstream_ca.clone(),
+            insecure: self.upstream_insecure,
+        });
+        config
+            .check_legs()
+            .map_err(|e| crate::UsageError(format!("{e} (--mode, --tls-*, --upstream-*)")))?;
         config.faults = self.faults.clone();
         Ok(config)
     }
@@ -303,6 +378,10 @@ pub struct EvidenceArgs {
     /// Bytes kept of each captured packet, headers included; 0 keeps all.
     #[arg(long, value_name = "BYTES", default_value_t = 0, requires = "capture")]
     pub snaplen: u32,
+    /// Append the secrets of every TLS session here (NSS key log format), so that
+    /// Wireshark or `tshark -o tls.keylog_file:FILE` decrypts the capture.
+    #[arg(long, value_name = "FILE", env = "SSLKEYLOGFILE")]
+    pub tls_keylog: Option<PathBuf>,
 }
 
 impl EvidenceArgs {

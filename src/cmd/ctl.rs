@@ -271,6 +271,15 @@ fn describe_drain(d: &Drain) -> String {
         DrainMode::Slow => format!("slow at {} KB/s, {new}", d.rate),
         DrainMode::Deadline => format!("deadline {} ms, then reset, {new}", d.timeout),
         DrainMode::Abrupt => format!("abrupt: everything reset, {new}"),
+        DrainMode::Readiness => format!(
+            "readiness: probes fail for {} ms, then {}",
+            d.grace,
+            if d.timeout > 0 {
+                format!("deadline {} ms, {new}", d.timeout)
+            } else {
+                format!("graceful, {new}")
+            }
+        ),
     }
 }
 

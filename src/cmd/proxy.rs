@@ -23,6 +23,7 @@ use crate::{
 struct Evidence {
     events: Option<Arc<events::EventLog>>,
     capture: Option<Arc<capture::Capture>>,
+    keylog: Option<Arc<crate::tls::KeyLogFile>>,
 }
 
 impl Evidence {
@@ -47,7 +48,18 @@ impl Evidence {
             }
             None => None,
         };
-        Ok(Evidence { events, capture })
+        let keylog = match &args.tls_keylog {
+            Some(path) => Some(
+                crate::tls::KeyLogFile::open(path)
+                    .map_err(|e| UsageError(format!("--tls-keylog {e}")))?,
+            ),
+            None => None,
+        };
+        Ok(Evidence {
+            events,
+            capture,
+            keylog,
+        })
     }
 
     /// The run's context: `seed`, the flags' upstream and shutdown handling, and
@@ -59,6 +71,7 @@ impl Evidence {
         context.shutdown_timeout = flags.shutdown_timeout;
         context.events = self.events.clone();
         context.capture = self.capture.clone();
+        context.keylog = self.keylog.clone();
         context
     }
 

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use serde::{Serialize, Serializer};
 
 use super::{Fault, Mode, ProbeRules};
+use crate::tls::{ListenTls, UpstreamTls};
 
 /// The request headers that carry a transaction id unless a proxy names others.
 pub const ID_HEADERS: [&str; 2] = ["x-request-id", "idempotency-key"];
@@ -34,6 +35,12 @@ pub struct ProxyConfig {
     /// HTTP mode: the name the backend should give in `x-instance`; `None`: the
     /// proxy's name.
     pub instance: Option<String>,
+    /// HTTP mode: TLS on the listener(s), if any.
+    pub tls: Option<ListenTls>,
+    /// HTTP mode: the protocol spoken to the upstream.
+    pub upstream_protocol: UpstreamProtocol,
+    /// HTTP mode: TLS to the upstream, if any.
+    pub upstream_tls: Option<UpstreamTls>,
     /// Faults on from the start, in order.
     #[serde(serialize_with = "faults_json")]
     pub faults: Vec<Fault>,
@@ -51,6 +58,9 @@ impl ProxyConfig {
             probe_listen: None,
             id_headers: ID_HEADERS.map(String::from).to_vec(),
             instance: None,
+            tls: None,
+            upstream_protocol: UpstreamProtocol::H1,
+            upstream_tls: None,
             faults: Vec::new(),
         }
     }
@@ -58,6 +68,76 @@ impl ProxyConfig {
     /// Sets the transaction id headers, lower-cased as HTTP/2 and hyper keep them.
     pub fn set_id_headers(&mut self, headers: &[String]) {
         self.id_headers = headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+    }
+}
+
+/// The protocol HTTP mode speaks to its upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1, over TLS if the upstream has TLS.
+    #[default]
+    H1,
+    /// HTTP/2 in clear with prior knowledge.
+    H2c,
+    /// HTTP/2 over TLS, agreed by ALPN (an upstream that will not is an error).
+    H2,
+    /// Over TLS, what ALPN agrees (h2 or HTTP/1.1); in clear, what the client
+    /// spoke (h2c or HTTP/1.1).
+    Auto,
+}
+
+impl UpstreamProtocol {
+    /// Its name, as flags and files spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamProtocol::H1 => "h1",
+            UpstreamProtocol::H2c => "h2c",
+            UpstreamProtocol::H2 => "h2",
+            UpstreamProtocol::Auto => "auto",
+        }
+    }
+
+    /// The protocol named `s`.
+    pub fn parse(s: &str) -> Result<UpstreamProtocol, String> {
+        match s {
+            "h1" | "http1" | "http/1.1" => Ok(UpstreamProtocol::H1),
+            "h2c" => Ok(UpstreamProtocol::H2c),
+            "h2" => Ok(UpstreamProtocol::H2),
+            "auto" => Ok(UpstreamProtocol::Auto),
+            other => Err(format!(
+                "unknown upstream protocol `{other}` (one of h1, h2c, h2, auto)"
+            )),
+        }
+    }
+}
+
+impl std::str::FromStr for UpstreamProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        UpstreamProtocol::parse(s)
+    }
+}
+
+impl ProxyConfig {
+    /// Whether the protocol and TLS settings go together: they need HTTP mode, h2
+    /// needs TLS to the upstream and h2c needs its absence. `Err` says why not.
+    pub fn check_legs(&self) -> Result<(), String> {
+        let http_only = self.tls.is_some()
+            || self.upstream_tls.is_some()
+            || self.upstream_protocol != UpstreamProtocol::H1;
+        if http_only && self.mode != Mode::Http {
+            return Err("TLS and the upstream protocol need mode http".into());
+        }
+        match (self.upstream_protocol, &self.upstream_tls) {
+            (UpstreamProtocol::H2, None) => {
+                Err("upstream protocol h2 is HTTP/2 over TLS: it needs upstream TLS (h2c is HTTP/2 in clear)".into())
+            }
+            (UpstreamProtocol::H2c, Some(_)) => {
+                Err("upstream protocol h2c is HTTP/2 in clear: with upstream TLS use h2 or auto".into())
+            }
+            _ => Ok(()),
+        }
     }
 }
 

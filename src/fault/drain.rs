@@ -19,6 +19,10 @@ pub enum DrainMode {
     Deadline,
     /// Everything reset at once.
     Abrupt,
+    /// As orchestrators drain: for `grace` ms health probes fail (HTTP 503) while
+    /// data is served as before and the listeners accept, then a graceful drain
+    /// (a deadline drain if `timeout` is given).
+    Readiness,
 }
 
 /// What a draining proxy does with new connections.
@@ -47,6 +51,9 @@ pub struct Drain {
     /// `slow`: the pace of responses in flight, KB/s (K = 1000).
     #[serde(default)]
     pub rate: u64,
+    /// `readiness`: how long probes fail before the drain, ms.
+    #[serde(default)]
+    pub grace: u64,
 }
 
 impl Drain {
@@ -57,6 +64,9 @@ impl Drain {
                 Err("a deadline drain needs timeout > 0 (ms)".into())
             }
             DrainMode::Slow if self.rate == 0 => Err("a slow drain needs rate > 0 (KB/s)".into()),
+            DrainMode::Readiness if self.grace == 0 => {
+                Err("a readiness drain needs grace > 0 (ms of failing probes first)".into())
+            }
             _ => Ok(()),
         }
     }
@@ -64,6 +74,18 @@ impl Drain {
     /// The deadline drain's grace period.
     pub fn deadline(&self) -> Option<Duration> {
         (self.mode == DrainMode::Deadline).then(|| Duration::from_millis(self.timeout))
+    }
+
+    /// `readiness`: how long probes fail first, and the drain that follows.
+    pub fn readiness(&self) -> Option<(Duration, Drain)> {
+        (self.mode == DrainMode::Readiness).then(|| {
+            let mode = if self.timeout > 0 {
+                DrainMode::Deadline
+            } else {
+                DrainMode::Graceful
+            };
+            (Duration::from_millis(self.grace), Drain { mode, ..*self })
+        })
     }
 }
 
@@ -104,9 +126,10 @@ impl FromStr for Drain {
             "slow" => DrainMode::Slow,
             "deadline" => DrainMode::Deadline,
             "abrupt" => DrainMode::Abrupt,
+            "readiness" => DrainMode::Readiness,
             other => {
                 return Err(format!(
-                    "drain mode `{other}` is not graceful, slow, deadline or abrupt"
+                    "drain mode `{other}` is not graceful, slow, deadline, abrupt or readiness"
                 ));
             }
         };
@@ -115,6 +138,7 @@ impl FromStr for Drain {
             timeout: 0,
             new: NewConns::Refuse,
             rate: 0,
+            grace: 0,
         };
         for pair in rest.split(',').filter(|p| !p.is_empty()) {
             let (key, value) = pair
@@ -128,6 +152,7 @@ impl FromStr for Drain {
             match key {
                 "timeout" => drain.timeout = number()?,
                 "rate" => drain.rate = number()?,
+                "grace" => drain.grace = number()?,
                 "new" => {
                     drain.new = match value {
                         "refuse" => NewConns::Refuse,
@@ -135,7 +160,11 @@ impl FromStr for Drain {
                         _ => return Err(format!("new `{value}` is not refuse or ignore")),
                     }
                 }
-                _ => return Err(format!("unknown drain field `{key}` (timeout, new, rate)")),
+                _ => {
+                    return Err(format!(
+                        "unknown drain field `{key}` (timeout, new, rate, grace)"
+                    ));
+                }
             }
         }
         drain.validate()?;
@@ -157,8 +186,21 @@ mod tests {
                 mode: DrainMode::Deadline,
                 timeout: 2000,
                 new: NewConns::Ignore,
-                rate: 0
+                rate: 0,
+                grace: 0,
             }
+        );
+        let r: Drain = "readiness:grace=3000,timeout=500".parse().unwrap();
+        let (grace, then) = r.readiness().unwrap();
+        assert_eq!(grace, Duration::from_secs(3));
+        assert_eq!((then.mode, then.timeout), (DrainMode::Deadline, 500));
+        let r: Drain = "readiness:grace=3000".parse().unwrap();
+        assert_eq!(r.readiness().unwrap().1.mode, DrainMode::Graceful);
+        assert!(
+            "readiness"
+                .parse::<Drain>()
+                .unwrap_err()
+                .contains("grace > 0")
         );
         assert_eq!(
             "graceful".parse::<DrainAt>().unwrap().drain.mode,

@@ -9,7 +9,12 @@ use std::{collections::HashSet, net::SocketAddr, path::Path, time::Duration};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Direction, Fault, Kind, Mode, ProbeRules, config::ProxyConfig, drain::Drain};
+use super::{
+    Direction, Fault, Kind, Mode, ProbeRules,
+    config::{ProxyConfig, UpstreamProtocol},
+    drain::Drain,
+};
+use crate::tls::{ListenTls, UpstreamTls};
 
 /// A fault file that could not be used: where, and why.
 #[derive(Debug, thiserror::Error)]
@@ -109,10 +114,33 @@ struct ProxyDef {
     probe_listen: Option<Spanned<String>>,
     id_headers: Option<Vec<String>>,
     instance: Option<String>,
+    tls: Option<Spanned<TlsDef>>,
+    upstream_protocol: Option<Spanned<String>>,
+    upstream_tls: Option<UpstreamTlsDef>,
     #[serde(default)]
     fault: Vec<Spanned<FaultDef>>,
     #[serde(default)]
     timeline: Vec<Spanned<ChangeDef>>,
+}
+
+/// `[proxy.tls]`: `cert` and `key` files, or `generate` = where the run's CA goes.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsDef {
+    cert: Option<String>,
+    key: Option<String>,
+    generate: Option<String>,
+    #[serde(default)]
+    names: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpstreamTlsDef {
+    sni: Option<String>,
+    ca: Option<String>,
+    #[serde(default)]
+    insecure: bool,
 }
 
 #[derive(Deserialize)]
@@ -173,6 +201,7 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
     for proxy in def.proxy {
         let proxy = proxy.into_inner();
         let name = proxy.name.get_ref().clone();
+        let name_span = proxy.name.span();
         if name.is_empty() || !names.insert(name.clone()) {
             return Err(at(
                 proxy.name.span(),
@@ -294,7 +323,7 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
                 Action::Drain(_) | Action::Undrain => {}
             }
         }
-        let mut config = ProxyConfig::new(name, listen, upstream);
+        let mut config = ProxyConfig::new(name.clone(), listen, upstream);
         config.mode = proxy.mode;
         config.probe = proxy.probe;
         config.probe_listen = probe_listen;
@@ -302,6 +331,40 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
             config.set_id_headers(headers);
         }
         config.instance = proxy.instance;
+        if let Some(tls) = proxy.tls {
+            let span = tls.span();
+            let tls = tls.into_inner();
+            config.tls = Some(match (tls.cert, tls.key, tls.generate) {
+                (Some(cert), Some(key), None) => ListenTls::Files {
+                    cert: cert.into(),
+                    key: key.into(),
+                },
+                (None, None, Some(ca_out)) => ListenTls::Generated {
+                    ca_out: ca_out.into(),
+                    names: tls.names,
+                },
+                _ => {
+                    return Err(at(
+                        span,
+                        format!(
+                            "proxy `{name}`: tls needs `cert` and `key`, or `generate` (where the run's CA is written), not both"
+                        ),
+                    ));
+                }
+            });
+        }
+        if let Some(protocol) = &proxy.upstream_protocol {
+            config.upstream_protocol = UpstreamProtocol::parse(protocol.get_ref())
+                .map_err(|why| at(protocol.span(), format!("proxy `{name}`: {why}")))?;
+        }
+        config.upstream_tls = proxy.upstream_tls.map(|t| UpstreamTls {
+            sni: t.sni,
+            ca: t.ca.map(Into::into),
+            insecure: t.insecure,
+        });
+        if let Err(why) = config.check_legs() {
+            return Err(at(name_span, format!("proxy `{name}`: {why}")));
+        }
         config.faults = faults;
         proxies.push(ProxySpec {
             config,

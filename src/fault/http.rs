@@ -14,6 +14,8 @@
 mod bad_body;
 mod delay;
 mod drop_request;
+mod keepalive_close;
+mod refused_stream;
 mod reset_mid_response;
 mod status;
 
@@ -28,6 +30,8 @@ pub use self::{
     bad_body::{BadBody, BadBodyMode},
     delay::{DelayAt, HttpDelay},
     drop_request::DropRequest,
+    keepalive_close::KeepaliveClose,
+    refused_stream::RefusedStream,
     reset_mid_response::ResetMidResponse,
     status::HttpStatus,
 };
@@ -79,6 +83,8 @@ pub enum Reply {
     /// No answer at all; the connection is reset after the duration, or, with
     /// `None`, held until the client gives up.
     Drop(Option<Duration>),
+    /// HTTP/2: RST_STREAM(REFUSED_STREAM) for this stream alone.
+    Refuse,
 }
 
 /// What a body hook asks for the frame it was given.
@@ -108,6 +114,13 @@ pub struct Exchange {
     pub hold_head: Duration,
     /// How long the body waits before its first frame (summed over hooks).
     pub hold_body: Duration,
+    /// The request's number on its connection, from 1.
+    pub on_conn: u64,
+    /// The client spoke HTTP/2.
+    pub h2: bool,
+    /// HTTP/1.1: close the connection if no request follows this exchange within
+    /// this long (the shortest a hook asked for).
+    pub close_if_idle: Option<Duration>,
     seed: u64,
     proxy: Arc<str>,
 }
@@ -121,6 +134,9 @@ impl Exchange {
             sent: 0,
             hold_head: Duration::ZERO,
             hold_body: Duration::ZERO,
+            on_conn: 1,
+            h2: false,
+            close_if_idle: None,
             seed,
             proxy,
         }
@@ -150,6 +166,8 @@ pub const REGISTRY: &[(&str, Build)] = &[
     ("http_delay", build::<HttpDelay>),
     ("drop_request", build::<DropRequest>),
     ("reset_mid_response", build::<ResetMidResponse>),
+    ("refused_stream", build::<RefusedStream>),
+    ("keepalive_close", build::<KeepaliveClose>),
 ];
 
 fn build<T: HttpFault + DeserializeOwned + 'static>(

@@ -4,10 +4,10 @@
 //! time. Requests are told apart as health probes or data by their path.
 
 mod body;
+mod keepalive;
+mod upstream;
 
-use std::{
-    convert::Infallible, error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration,
-};
+use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
@@ -18,26 +18,31 @@ use hyper::{
     service::service_fn,
 };
 use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::{TokioExecutor, TokioIo, TokioTimer},
+    rt::{TokioExecutor, TokioIo},
     server::conn::auto,
 };
 use tokio::{net::TcpStream, sync::mpsc};
+use tokio_rustls::TlsAcceptor;
 use tracing::debug;
 
-use self::body::Faulted;
+use self::{
+    body::Faulted,
+    upstream::{Route, Upstreams},
+};
 use crate::{
-    capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tap::Tapped, tcp::Peer},
+    capture::{self, CLIENT_LEG, Record, tap::Tapped, tcp::Peer},
     events::Class,
     fault::{
         Fault, Kind, Scope,
+        config::ProxyConfig,
         http::{Exchange, Reply},
     },
     proxy::{
-        Proxy,
+        Proxy, RunContext,
         relay::{Control, Faults},
         socket,
     },
+    tls,
 };
 
 /// Why an exchange or a response body ended early. A concrete type, not a boxed
@@ -50,85 +55,66 @@ pub enum Failure {
     /// A fault ended it on purpose.
     #[error("{0}")]
     Fault(String),
+    /// A fault reset the HTTP/2 stream with this code: hyper finds it among the
+    /// error's sources and sends it in the RST_STREAM.
+    #[error("stream reset by a fault: {0}")]
+    Stream(#[source] h2::Error),
 }
 
 /// A response body as snag sends it.
 pub type ReplyBody = BoxBody<Bytes, Failure>;
 
-/// The pooled client every connection of one proxy forwards through.
-pub type Upstream = Client<Connector, Incoming>;
-
-/// A client for `proxy`'s upstream: keep-alive connections, reused across requests
-/// and client connections, each captured as an upstream leg when the proxy captures.
-pub fn upstream(proxy: &Proxy) -> Upstream {
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(proxy.context().connect_timeout));
-    let tap = proxy.context().capture.as_ref().and_then(|c| c.sender());
-    let connector = Connector {
-        http,
-        tap,
-        name: Arc::from(format!("{}/upstream", proxy.name)),
-        next: Default::default(),
-    };
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_timer(TokioTimer::new())
-        .build(connector)
+/// What HTTP mode needs besides the proxy's state: TLS for the client leg, and the
+/// clients of the upstream leg. Made with the proxy, so that a bad certificate is
+/// an error when it starts; each listener serves with its own copy
+/// ([`Legs::for_listener`]), whose pooled upstream connections end with it.
+pub struct Legs {
+    /// TLS on the listeners, if any.
+    acceptor: Option<TlsAcceptor>,
+    upstreams: Upstreams,
 }
 
-/// hyper-util's connector, with each new upstream connection wrapped for capture.
-#[derive(Clone)]
-pub struct Connector {
-    http: HttpConnector,
-    tap: Option<mpsc::Sender<Record>>,
-    name: Arc<str>,
-    next: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl tower_service::Service<Uri> for Connector {
-    type Response = TokioIo<Tapped<TcpStream>>;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.http.poll_ready(cx).map_err(Into::into)
+impl std::fmt::Debug for Legs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Legs")
+            .field("tls", &self.acceptor.is_some())
+            .finish()
     }
+}
 
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let connecting = self.http.call(uri);
-        let (tap, name, next) = (self.tap.clone(), self.name.clone(), self.next.clone());
-        Box::pin(async move {
-            let stream = connecting.await?.into_inner();
-            let Some(tx) = tap else {
-                return Ok(TokioIo::new(Tapped::plain(stream)));
-            };
-            let key = capture::key(
-                &name,
-                next.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            );
-            let ends = (stream.local_addr()?, stream.peer_addr()?);
-            let _ = tx
-                .send(Record::OpenLeg {
-                    conn: key,
-                    leg: UPSTREAM_LEG,
-                    ends,
-                    at: capture::now(),
-                })
-                .await;
-            Ok(TokioIo::new(Tapped::new(
-                stream,
-                tx,
-                key,
-                UPSTREAM_LEG,
-                Peer::Initiator,
-            )))
+impl Legs {
+    /// The legs `config` describes; `Err` says which setting cannot be used and why.
+    pub fn new(config: &ProxyConfig, context: &RunContext) -> Result<Legs, String> {
+        config.check_legs()?;
+        let acceptor = match &config.tls {
+            Some(listen) => {
+                let identity = tls::Identity::of(listen).map_err(|e| format!("TLS: {e}"))?;
+                let server = tls::server(identity, context.keylog.clone())
+                    .map_err(|e| format!("TLS: {e}"))?;
+                Some(TlsAcceptor::from(server))
+            }
+            None => None,
+        };
+        let upstreams =
+            Upstreams::new(config, context).map_err(|e| format!("upstream TLS: {e}"))?;
+        Ok(Legs {
+            acceptor,
+            upstreams,
         })
     }
+
+    /// The same settings with no upstream connection yet: one listener's, so that
+    /// its pooled connections (and the capture senders they hold) end with it.
+    pub fn for_listener(&self) -> Legs {
+        Legs {
+            acceptor: self.acceptor.clone(),
+            upstreams: self.upstreams.fresh(),
+        }
+    }
 }
+
+/// The longest a client's TLS handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What one client connection's exchanges share.
 struct Conn {
@@ -136,12 +122,14 @@ struct Conn {
     /// The proxy's name, shared by every exchange's hooks.
     name: Arc<str>,
     faults: Faults,
-    upstream: Upstream,
+    legs: Arc<Legs>,
     /// The client socket hyper serves: setting SO_LINGER 0 through it turns the
     /// close hyper makes into an RST.
     socket: socket::Shared,
     /// Whether it carried an HTTP/2 request (a drain's GOAWAY is counted then).
     h2: Arc<std::sync::atomic::AtomicBool>,
+    /// Requests carried and in flight, and a close armed for when it is idle.
+    keepalive: Arc<keepalive::Keepalive>,
     /// `Probe` when it came through the probe listener: every request is a probe.
     class: Scope,
     /// The capture and this connection's key in it, if capturing.
@@ -177,7 +165,7 @@ pub async fn handle(
     proxy: Arc<Proxy>,
     faults: Faults,
     control: Arc<Control>,
-    upstream: Upstream,
+    legs: Arc<Legs>,
     class: Scope,
     number: u64,
 ) {
@@ -186,8 +174,6 @@ pub async fn handle(
     let stream = socket::Shared::new(stream);
     let socket = stream.clone();
     let watched = faults.clone();
-    let watched_proxy = proxy.clone();
-    let h2 = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Captured as a client leg of its own: upstream connections are pooled and shared.
     let tap = proxy
         .context()
@@ -209,16 +195,48 @@ pub async fn handle(
         }
         _ => Tapped::plain(stream),
     };
+    let acceptor = legs.acceptor.clone();
     let conn = Arc::new(Conn {
         name: Arc::from(proxy.name.as_str()),
         proxy,
         faults,
-        upstream,
-        socket: socket.clone(),
-        h2: h2.clone(),
+        legs,
+        socket,
+        h2: Arc::default(),
+        keepalive: Arc::default(),
         class,
-        tap: tap.clone(),
+        tap,
     });
+    let Some(acceptor) = acceptor else {
+        return serve(stream, conn, control, watched, class).await;
+    };
+    let handshake = tokio::select! {
+        done = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => done,
+        _ = ended(&control, &watched, true, class) => return,
+    };
+    match handshake {
+        Ok(Ok(stream)) => serve(stream, conn, control, watched, class).await,
+        failed => {
+            let why = match failed {
+                Ok(Err(err)) => err.to_string(),
+                _ => format!("no handshake within {} s", HANDSHAKE_TIMEOUT.as_secs()),
+            };
+            debug!(%why, "TLS handshake failed");
+            conn.proxy.counters().tls_failure();
+            conn.proxy
+                .event("tls_failed", serde_json::json!({ "why": why }));
+        }
+    }
+}
+
+/// Serves HTTP on one client connection, in clear or TLS.
+async fn serve<S>(stream: S, conn: Arc<Conn>, control: Arc<Control>, watched: Faults, class: Scope)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let watched_proxy = conn.proxy.clone();
+    let (h2, socket, tap) = (conn.h2.clone(), conn.socket.clone(), conn.tap.clone());
+    let keepalive = conn.keepalive.clone();
     let service = service_fn(move |req| {
         let conn = conn.clone();
         async move { exchange(req, &conn).await }
@@ -227,8 +245,18 @@ pub async fn handle(
     let serving = builder.serve_connection(TokioIo::new(stream), service);
     let mut serving = std::pin::pin!(serving);
     let mut drained = false;
+    let mut closing = false;
     loop {
         tokio::select! {
+            idle = keepalive.expired(), if !closing && !drained => {
+                // An idle HTTP/1.1 connection closes at once (FIN).
+                closing = true;
+                watched_proxy.event(
+                    "keepalive_closed",
+                    serde_json::json!({ "idle_ms": idle.as_millis() as u64 }),
+                );
+                serving.as_mut().graceful_shutdown();
+            }
             done = serving.as_mut() => {
                 if let Err(err) = done {
                     if err.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse) {
@@ -351,7 +379,10 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
         arrived: tokio::time::Instant::now(),
         status: 0,
     });
-    let cx = Exchange::new(proxy.seed(), conn.name.clone(), number, class);
+    let (on_conn, _in_flight) = conn.keepalive.start();
+    let mut cx = Exchange::new(proxy.seed(), conn.name.clone(), number, class);
+    cx.on_conn = on_conn;
+    cx.h2 = req.version() == Version::HTTP_2;
     let reply = respond(req, conn, cx, faults).await;
     let status = reply.as_ref().map_or(0, |r| r.status().as_u16());
     if status > 0 {
@@ -402,6 +433,13 @@ async fn respond(
     faults: Vec<Arc<Fault>>,
 ) -> Result<Response<ReplyBody>, Failure> {
     let proxy = &conn.proxy;
+    if cx.class == Scope::Probe && proxy.unready() {
+        // A readiness drain's first step: the backend says it is not ready.
+        return Ok(plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "snag: draining: not ready (readiness drain)\n".into(),
+        ));
+    }
     let (head, body) = req.into_parts();
     for fault in &faults {
         let Some(hooks) = fault.kind.http() else {
@@ -410,6 +448,12 @@ async fn respond(
         match hooks.request(&head, &mut cx) {
             None => {}
             Some(Reply::Answer(answer)) => return Ok(answer.map(full)),
+            Some(Reply::Refuse) => {
+                drop(body);
+                proxy.counters().stream_refused();
+                proxy.event("stream_refused", serde_json::json!({ "fault": fault.name }));
+                return Err(Failure::Stream(h2::Reason::REFUSED_STREAM.into()));
+            }
             Some(Reply::Drop(after)) => {
                 drop(body);
                 let Some(after) = after else {
@@ -432,22 +476,33 @@ async fn respond(
     }
     let req = Request::from_parts(head, body);
     let h2 = req.version() == Version::HTTP_2;
-    let upstream = proxy.upstream();
-    let outbound = match outbound(req, &upstream) {
+    let route = conn.legs.upstreams.route(proxy, req.version());
+    let outbound = match outbound(req, &route) {
         Ok(r) => r,
         Err(e) => return Ok(plain(StatusCode::BAD_REQUEST, format!("snag: {e}\n"))),
     };
-    let response = match conn.upstream.request(outbound).await {
+    let response = match route.client.request(outbound).await {
         Ok(r) => r,
         Err(err) => {
-            let why = err
-                .source()
-                .map_or_else(|| err.to_string(), |s| s.to_string());
+            let mut why = causes(&err);
+            if route
+                .answered_http1
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                why = format!(
+                    "it answered HTTP/2's preface with HTTP/1.x: it does not speak h2c \
+                     (use upstream protocol h1 or auto) ({why})"
+                );
+            }
             debug!(%why, "upstream request failed");
             proxy.counters().upstream_error();
+            proxy.event(
+                "upstream_failed",
+                serde_json::json!({ "upstream": &*route.upstream, "why": why }),
+            );
             return Ok(plain(
                 StatusCode::BAD_GATEWAY,
-                format!("snag: upstream {upstream}: {why}\n"),
+                format!("snag: upstream {}: {why}\n", route.upstream),
             ));
         }
     };
@@ -464,8 +519,11 @@ async fn respond(
     }
     let hooks = || faults.iter().filter_map(|f| f.kind.http());
     let whole = hooks().any(|h| h.whole_body());
+    let mut trailers = None;
     if whole {
-        let bytes = body.collect().await?.to_bytes();
+        let collected = body.collect().await?;
+        trailers = collected.trailers().cloned();
+        let bytes = collected.to_bytes();
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
@@ -474,30 +532,68 @@ async fn respond(
     for hook in hooks() {
         hook.response(&mut parts, &mut cx);
     }
+    if let Some(idle) = cx.close_if_idle {
+        conn.keepalive.arm(idle);
+    }
     if !cx.hold_head.is_zero() {
         tokio::time::sleep(cx.hold_head).await;
     }
-    let faulted = Faulted::new(body, faults, cx, whole, conn, h2);
+    let faulted = Faulted::new(body, faults, cx, whole, conn, h2).with_trailers(trailers);
     Ok(Response::from_parts(parts, faulted.boxed()))
 }
 
-/// The request as it goes upstream: same method, path, headers and body, over
-/// HTTP/1.1, minus hop-by-hop headers; the client's Host (or HTTP/2 authority) kept.
-fn outbound(req: Request<Incoming>, upstream: &str) -> Result<Request<Incoming>, String> {
+/// The request as it goes upstream on `route`: same method, path, headers, body and
+/// trailers, minus hop-by-hop headers, in the route's version. The client's Host
+/// (or HTTP/2 authority) is kept: as Host to HTTP/1.1, as `:authority` to HTTP/2;
+/// the connection goes to the route's upstream whatever it names.
+fn outbound(req: Request<Incoming>, route: &Route) -> Result<Request<Incoming>, String> {
     let (mut parts, body) = req.into_parts();
-    let authority = parts.uri.authority().map(|a| a.to_string());
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let authority = host
+        .or_else(|| parts.uri.authority().map(|a| a.to_string()))
+        .unwrap_or_else(|| route.upstream.to_string());
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    parts.uri = format!("http://{upstream}{path}")
+    parts.uri = format!("{}://{authority}{path}", route.scheme)
         .parse::<Uri>()
         .map_err(|e| format!("bad request target: {e}"))?;
-    parts.version = Version::HTTP_11;
+    // gRPC servers want `te: trailers`, the one TE value HTTP/2 allows.
+    let te_trailers = parts
+        .headers
+        .get_all(header::TE)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.contains("trailers")));
     strip_hop_by_hop(&mut parts.headers);
-    if !parts.headers.contains_key(header::HOST)
-        && let Some(host) = authority.and_then(|a| HeaderValue::from_str(&a).ok())
-    {
+    parts.version = route.version;
+    if route.version == Version::HTTP_2 {
+        parts.headers.remove(header::HOST);
+        if te_trailers {
+            parts
+                .headers
+                .insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+    } else if let Ok(host) = HeaderValue::from_str(&authority) {
         parts.headers.insert(header::HOST, host);
     }
     Ok(Request::from_parts(parts, body))
+}
+
+/// An error and its causes, each once, joined by `: `.
+fn causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Removes the headers that describe one hop (RFC 9110 §7.6.1), and those the

@@ -42,16 +42,18 @@ pub(super) async fn serve(
     let addr = listener.local_addr()?;
     let mut faults = proxy.faults.subscribe();
     let mut drains = proxy.drain.subscribe();
+    let mut unready = proxy.unready_changes();
     let mut listener = Some(listener);
     let mut plugs = Plugs::default();
     let mut errors = socket::AcceptErrors::default();
     let mut retry_at: Option<tokio::time::Instant> = None;
     let what = format!("{} {addr}", proxy.name);
     let tracker = TaskTracker::new();
-    let http = (proxy.config.mode == Mode::Http).then(|| super::http::upstream(&proxy));
+    let http = proxy.http_legs().map(|legs| Arc::new(legs.for_listener()));
     info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream(), "listening");
     loop {
         let fault_state = fault_state(&faults.borrow_and_update(), class);
+        let not_ready = unready.borrow_and_update().is_some();
         let state = match *drains.borrow_and_update() {
             Some((
                 Drain {
@@ -67,6 +69,11 @@ pub(super) async fn serve(
                 },
                 _,
             )) => Listening::Paused,
+            // A readiness drain's first step: a TCP probe listener refuses, as a
+            // port with nothing ready behind it (HTTP answers its probes 503).
+            None if class == Scope::Probe && proxy.config.mode == Mode::Tcp && not_ready => {
+                Listening::Down
+            }
             None => fault_state,
         };
         match state {
@@ -100,6 +107,7 @@ pub(super) async fn serve(
             _ = shutdown.wait() => break,
             changed = faults.changed() => if changed.is_err() { break },
             _ = drains.changed() => {}
+            _ = unready.changed() => {}
             _ = async { tokio::time::sleep_until(retry_at.expect("branch runs only when waiting")).await }, if retry_at.is_some() => retry_at = None,
             accepted = async { listener.as_ref().expect("branch runs only with a listener").accept().await }, if accepting => {
                 match accepted {
@@ -112,10 +120,10 @@ pub(super) async fn serve(
                         // before the task first runs still reaches it.
                         let control = proxy.register(conn);
                         match &http {
-                            Some(upstream) => {
-                                let (proxy, faults, upstream) = (proxy.clone(), faults.clone(), upstream.clone());
+                            Some(legs) => {
+                                let (proxy, faults, legs) = (proxy.clone(), faults.clone(), legs.clone());
                                 tracker.spawn(async move {
-                                    super::http::handle(stream, proxy.clone(), faults, control, upstream, class, conn).await;
+                                    super::http::handle(stream, proxy.clone(), faults, control, legs, class, conn).await;
                                     proxy.unregister(conn);
                                 }.instrument(span));
                             }

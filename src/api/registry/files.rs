@@ -7,7 +7,12 @@ use std::{
 };
 
 use super::{CaptureInput, ProxyInput, Registry};
-use crate::{api::Error, proxy::RunContext};
+use crate::{
+    api::Error,
+    fault::config::ProxyConfig,
+    proxy::RunContext,
+    tls::{ListenTls, UpstreamTls},
+};
 
 /// A proxy's own capture and event log, as named (inside the files directory).
 #[derive(Default)]
@@ -68,6 +73,39 @@ impl Registry {
             files.events = Some((name.clone(), log));
         }
         Ok((context, files))
+    }
+
+    /// The TLS and upstream protocol `input` asks for, its files named inside the
+    /// files directory, set on `config`.
+    pub(super) fn legs(&self, input: &ProxyInput, config: &mut ProxyConfig) -> Result<(), Error> {
+        if let Some(protocol) = input.upstream_protocol {
+            config.upstream_protocol = protocol;
+        }
+        if let Some(tls) = &input.tls {
+            config.tls = Some(match (&tls.cert, &tls.key, &tls.generate) {
+                (Some(cert), Some(key), None) => ListenTls::Files {
+                    cert: self.confined(cert)?,
+                    key: self.confined(key)?,
+                },
+                (None, None, Some(ca_out)) => ListenTls::Generated {
+                    ca_out: self.confined(ca_out)?,
+                    names: tls.names.clone(),
+                },
+                _ => {
+                    return Err(Error::Invalid(
+                        "tls: give `cert` and `key`, or `generate` (the file the run's CA is written to), not both".into(),
+                    ));
+                }
+            });
+        }
+        if let Some(up) = &input.upstream_tls {
+            config.upstream_tls = Some(UpstreamTls {
+                sni: up.sni.clone(),
+                ca: up.ca.as_deref().map(|n| self.confined(n)).transpose()?,
+                insecure: up.insecure,
+            });
+        }
+        config.check_legs().map_err(Error::Invalid)
     }
 
     /// `name` inside the files directory, if it stays there: a relative path without

@@ -36,6 +36,41 @@ pub struct ProxyInput {
     pub capture: Option<CaptureInput>,
     /// snag's own: a file name (in the files directory) for this proxy's own event log.
     pub events: Option<String>,
+    /// snag's own: TLS on the listener, files named inside the files directory.
+    pub tls: Option<TlsInput>,
+    /// snag's own: `h1` (default), `h2c`, `h2` or `auto`.
+    pub upstream_protocol: Option<crate::fault::config::UpstreamProtocol>,
+    /// snag's own: TLS to the upstream.
+    pub upstream_tls: Option<UpstreamTlsInput>,
+}
+
+/// `tls` as clients send it: `cert` and `key`, or `generate` (where the CA made for
+/// the run is written) with more `names`; file names inside the files directory.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsInput {
+    /// The PEM certificate chain.
+    pub cert: Option<String>,
+    /// Its PEM key.
+    pub key: Option<String>,
+    /// Make a certificate for the run; its CA goes to this file.
+    pub generate: Option<String>,
+    /// More names for the made certificate.
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// `upstream_tls` as clients send it; `ca` a file name inside the files directory.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTlsInput {
+    /// The name sent in SNI and checked.
+    pub sni: Option<String>,
+    /// The CA to trust.
+    pub ca: Option<String>,
+    /// Accept any certificate.
+    #[serde(default)]
+    pub insecure: bool,
 }
 
 /// `capture` as clients send it: on or off, or a file of the proxy's own.
@@ -65,6 +100,15 @@ pub struct ProxyView {
     /// snag's own, shown only when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     probe_listen: Option<String>,
+    /// snag's own, shown only when the listener speaks TLS.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    tls: bool,
+    /// snag's own, shown only when not `h1`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_protocol: Option<&'static str>,
+    /// snag's own, shown only when the upstream leg speaks TLS.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    upstream_tls: bool,
     /// snag's own, shown only when the proxy is captured.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     capture: bool,
@@ -117,6 +161,41 @@ pub(super) fn fixed_field_changed(entry: &Entry, input: &ProxyInput) -> Option<&
     if input.instance.is_some() && input.instance != options.instance {
         return Some("instance");
     }
+    if input
+        .upstream_protocol
+        .is_some_and(|p| p != options.upstream_protocol)
+    {
+        return Some("upstream_protocol");
+    }
+    // Named files resolve to paths: compared by the names' last parts.
+    let last = |p: &std::path::Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let named = |n: &Option<String>| n.as_deref().map(|n| last(std::path::Path::new(n)));
+    if let Some(tls) = &input.tls {
+        let same = match &options.tls {
+            Some(crate::tls::ListenTls::Files { cert, key }) => {
+                named(&tls.cert) == Some(last(cert))
+                    && named(&tls.key) == Some(last(key))
+                    && tls.generate.is_none()
+            }
+            Some(crate::tls::ListenTls::Generated { ca_out, names }) => {
+                named(&tls.generate) == Some(last(ca_out)) && tls.names == *names
+            }
+            None => false,
+        };
+        if !same {
+            return Some("tls");
+        }
+    }
+    if let Some(up) = &input.upstream_tls {
+        let same = options.upstream_tls.as_ref().is_some_and(|t| {
+            t.sni == up.sni
+                && t.insecure == up.insecure
+                && named(&up.ca) == t.ca.as_deref().map(last)
+        });
+        if !same {
+            return Some("upstream_tls");
+        }
+    }
     let own_capture = entry.files.capture.as_ref().map(|(n, _)| n.as_str());
     let capture_same = match &input.capture {
         None => true,
@@ -149,6 +228,10 @@ pub(super) fn view(name: &str, entry: &Entry) -> ProxyView {
         toxics: toxics(entry),
         mode: (entry.proxy.config().mode == crate::fault::Mode::Http).then_some("http"),
         probe_listen: entry.probe_listen.clone(),
+        tls: entry.proxy.config().tls.is_some(),
+        upstream_protocol: Some(entry.proxy.config().upstream_protocol.as_str())
+            .filter(|p| *p != "h1"),
+        upstream_tls: entry.proxy.config().upstream_tls.is_some(),
         capture: entry.proxy.context().capture.is_some(),
         capture_file: entry.files.capture.as_ref().map(|(n, _)| n.clone()),
         events_file: entry.files.events.as_ref().map(|(n, _)| n.clone()),

@@ -10,7 +10,10 @@ use std::{
 };
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, SizeHint};
+use hyper::{
+    HeaderMap,
+    body::{Body, Frame, SizeHint},
+};
 use tokio::time::Sleep;
 
 use super::{Conn, Failure, ReplyBody};
@@ -73,6 +76,8 @@ pub(super) struct Faulted {
     proxy: Arc<Proxy>,
     /// The capture, to record a reset in.
     tap: Option<(tokio::sync::mpsc::Sender<crate::capture::Record>, u64)>,
+    /// The upstream's trailers (gRPC's status), sent after the last data.
+    trailers: Option<HeaderMap>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +114,14 @@ impl Faulted {
             socket: conn.socket.clone(),
             proxy: conn.proxy.clone(),
             tap: conn.tap.clone(),
+            trailers: None,
         }
+    }
+
+    /// With `trailers` to send after the body, for a body read whole beforehand.
+    pub(super) fn with_trailers(mut self, trailers: Option<HeaderMap>) -> Faulted {
+        self.trailers = trailers;
+        self
     }
 
     /// Runs the body hooks over `frame`: what goes to the client and how long it
@@ -230,12 +242,16 @@ impl Body for Faulted {
                 return this.cut(cx);
             }
             if this.ended {
-                return Poll::Ready(None);
+                return Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(t))));
             }
             let (data, hold) = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => this.hooks(data, this.whole),
-                    Err(_) => return Poll::Ready(None), // trailers: not relayed
+                    // Trailers end the body: the hooks see its end, then they go.
+                    Err(frame) => {
+                        this.trailers = frame.into_trailers().ok();
+                        this.hooks(Bytes::new(), true)
+                    }
                 },
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
                 // The hooks see the end even of an empty body: they may fill it or cut.

@@ -1,0 +1,428 @@
+//! HTTP mode's upstream leg: pooled keep-alive clients speaking HTTP/1.1, h2c or h2
+//! (with TLS and ALPN) to the proxy's upstream, each new connection captured.
+
+use std::{
+    future::Future,
+    io,
+    pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use hyper::{Uri, Version, body::Incoming};
+use hyper_util::{
+    client::legacy::{
+        Client,
+        connect::{Connected, Connection, HttpConnector},
+    },
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+};
+use rustls::ClientConfig;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+    sync::mpsc,
+};
+use tokio_rustls::{TlsConnector, client::TlsStream};
+
+use crate::{
+    capture::{self, Record, UPSTREAM_LEG, tap::Tapped, tcp::Peer},
+    fault::config::{ProxyConfig, UpstreamProtocol},
+    proxy::{Proxy, RunContext},
+    tls,
+};
+
+/// A pooled client to one upstream address.
+pub type Client1 = Client<Connector, Incoming>;
+
+/// The clients a proxy forwards through, made again when its upstream changes (open
+/// connections to the old one finish what they carry). Shared by every connection
+/// of a listener.
+pub struct Upstreams {
+    /// TLS to the upstream, set up once: the same for every address.
+    tls: Option<Arc<ClientConfig>>,
+    current: Mutex<Option<(Arc<str>, Clients)>>,
+}
+
+/// What to send one request through.
+pub struct Route {
+    /// The client.
+    pub client: Client1,
+    /// The version the request goes with (HTTP/2 for h2c and h2; HTTP/1.1 otherwise,
+    /// and also where ALPN may turn it into HTTP/2).
+    pub version: Version,
+    /// `https` or `http`.
+    pub scheme: &'static str,
+    /// The upstream, host:port.
+    pub upstream: Arc<str>,
+    /// Set once an HTTP/2 connection to it was answered with HTTP/1.x.
+    pub answered_http1: Arc<AtomicBool>,
+}
+
+#[derive(Clone)]
+struct Clients {
+    /// HTTP/1.1, or what ALPN agrees when TLS is auto.
+    h1: Option<Client1>,
+    /// HTTP/2 only (h2c or h2).
+    h2: Option<Client1>,
+    answered_http1: Arc<AtomicBool>,
+}
+
+impl Upstreams {
+    /// The clients for a proxy made from `config`, in run `context`; `Err` if its
+    /// upstream TLS cannot be set up (an unreadable CA file …).
+    pub fn new(config: &ProxyConfig, context: &RunContext) -> Result<Upstreams, tls::Error> {
+        let tls = match &config.upstream_tls {
+            Some(settings) => {
+                let alpn: &[&[u8]] = match config.upstream_protocol {
+                    UpstreamProtocol::H2 => &[tls::H2],
+                    UpstreamProtocol::Auto => &[tls::H2, tls::HTTP11],
+                    UpstreamProtocol::H1 | UpstreamProtocol::H2c => &[tls::HTTP11],
+                };
+                Some(tls::client(settings, alpn, context.keylog.clone())?)
+            }
+            None => None,
+        };
+        Ok(Upstreams {
+            tls,
+            current: Mutex::new(None),
+        })
+    }
+
+    /// The same settings, without clients yet.
+    pub fn fresh(&self) -> Upstreams {
+        Upstreams {
+            tls: self.tls.clone(),
+            current: Mutex::new(None),
+        }
+    }
+
+    /// Where a request to `proxy` that came as `version` goes now.
+    pub fn route(&self, proxy: &Proxy, version: Version) -> Route {
+        let upstream = proxy.upstream();
+        let clients = {
+            let mut current = self
+                .current
+                .lock()
+                .expect("no code panics holding the upstream clients");
+            match &*current {
+                Some((at, clients)) if *at == upstream => clients.clone(),
+                _ => {
+                    let clients = self.clients(proxy, &upstream);
+                    *current = Some((upstream.clone(), clients.clone()));
+                    clients
+                }
+            }
+        };
+        let (client, version) = match (clients.h1.clone(), clients.h2.clone()) {
+            (Some(h1), Some(h2)) => {
+                if version == Version::HTTP_2 {
+                    (h2, Version::HTTP_2)
+                } else {
+                    (h1, Version::HTTP_11)
+                }
+            }
+            (Some(h1), None) => (h1, Version::HTTP_11),
+            (None, Some(h2)) => (h2, Version::HTTP_2),
+            (None, None) => unreachable!("clients() makes at least one"),
+        };
+        Route {
+            client,
+            version,
+            scheme: if self.tls.is_some() { "https" } else { "http" },
+            upstream,
+            answered_http1: clients.answered_http1,
+        }
+    }
+
+    fn clients(&self, proxy: &Proxy, upstream: &Arc<str>) -> Clients {
+        let protocol = proxy.config().upstream_protocol;
+        let answered_http1 = Arc::new(AtomicBool::new(false));
+        let client = |h2_only: bool| {
+            let sniff = h2_only.then(|| answered_http1.clone());
+            let connector =
+                self.connector(proxy, upstream, protocol == UpstreamProtocol::H2, sniff);
+            let mut builder = Client::builder(TokioExecutor::new());
+            builder
+                .pool_idle_timeout(Duration::from_secs(90))
+                .pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .http2_only(h2_only);
+            builder.build(connector)
+        };
+        match (protocol, self.tls.is_some()) {
+            (UpstreamProtocol::H1, _) | (UpstreamProtocol::Auto, true) => Clients {
+                h1: Some(client(false)),
+                h2: None,
+                answered_http1,
+            },
+            (UpstreamProtocol::H2c | UpstreamProtocol::H2, _) => Clients {
+                h1: None,
+                h2: Some(client(true)),
+                answered_http1,
+            },
+            (UpstreamProtocol::Auto, false) => Clients {
+                h1: Some(client(false)),
+                h2: Some(client(true)),
+                answered_http1,
+            },
+        }
+    }
+
+    fn connector(
+        &self,
+        proxy: &Proxy,
+        upstream: &Arc<str>,
+        require_h2: bool,
+        sniff: Option<Arc<AtomicBool>>,
+    ) -> Connector {
+        let context = proxy.context();
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(context.connect_timeout));
+        let tls = self.tls.clone().map(|config| Tls {
+            connector: TlsConnector::from(config),
+            sni: proxy
+                .config()
+                .upstream_tls
+                .as_ref()
+                .and_then(|t| t.sni.clone()),
+            require_h2,
+        });
+        Connector {
+            http,
+            target: upstream.clone(),
+            tls,
+            tap: context.capture.as_ref().and_then(|c| c.sender()),
+            name: Arc::from(format!("{}/upstream", proxy.name)),
+            next: Default::default(),
+            sniff,
+        }
+    }
+}
+
+/// TLS to the upstream on a connector.
+#[derive(Clone)]
+struct Tls {
+    connector: TlsConnector,
+    sni: Option<String>,
+    require_h2: bool,
+}
+
+/// hyper-util's connector, always to one upstream (whatever the request's authority
+/// says), each new connection captured and, with TLS, wrapped after the capture so
+/// the capture holds what crossed the wire.
+#[derive(Clone)]
+pub struct Connector {
+    http: HttpConnector,
+    target: Arc<str>,
+    tls: Option<Tls>,
+    tap: Option<mpsc::Sender<Record>>,
+    name: Arc<str>,
+    next: Arc<AtomicU64>,
+    /// HTTP/2-only clients: set if an upstream answers the preface with HTTP/1.x.
+    sniff: Option<Arc<AtomicBool>>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = TokioIo<Leg>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, _uri: Uri) -> Self::Future {
+        let target = self.target.clone();
+        let to: Result<Uri, _> = format!("http://{target}/").parse();
+        let connecting = to.map(|to| self.http.call(to));
+        let this = self.clone();
+        Box::pin(async move {
+            let stream = connecting
+                .map_err(|e| format!("upstream `{target}` is not host:port: {e}"))?
+                .await?
+                .into_inner();
+            let stream = this.tapped(stream).await?;
+            let sniff = this.sniff.clone();
+            let Some(tls) = &this.tls else {
+                return Ok(TokioIo::new(Leg::plain(stream, sniff)));
+            };
+            let name = tls::server_name(tls.sni.as_deref(), &target)?;
+            let not_h2 = |chose: &str| {
+                format!(
+                    "TLS to {target}: the upstream did not agree to h2 by ALPN ({chose}); \
+                     it does not speak HTTP/2 over TLS: use upstream protocol h1 or auto"
+                )
+            };
+            let stream = match tls.connector.connect(name, stream).await {
+                Ok(stream) => stream,
+                Err(err) => {
+                    let text = err.to_string();
+                    if tls.require_h2 && text.contains("NoApplicationProtocol") {
+                        return Err(not_h2("it refused it: no_application_protocol alert").into());
+                    }
+                    return Err(format!("TLS to {target}: {text}").into());
+                }
+            };
+            let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+            if tls.require_h2 && alpn.as_deref() != Some(tls::H2) {
+                let chose = match &alpn {
+                    Some(p) => format!("it chose `{}`", String::from_utf8_lossy(p)),
+                    None => "it chose none".to_string(),
+                };
+                return Err(not_h2(&chose).into());
+            }
+            Ok(TokioIo::new(Leg::tls(
+                stream,
+                alpn.as_deref() == Some(tls::H2),
+                sniff,
+            )))
+        })
+    }
+}
+
+impl Connector {
+    async fn tapped(&self, stream: TcpStream) -> io::Result<Tapped<TcpStream>> {
+        let Some(tx) = &self.tap else {
+            return Ok(Tapped::plain(stream));
+        };
+        let key = capture::key(&self.name, self.next.fetch_add(1, Ordering::Relaxed));
+        let ends = (stream.local_addr()?, stream.peer_addr()?);
+        let _ = tx
+            .send(Record::OpenLeg {
+                conn: key,
+                leg: UPSTREAM_LEG,
+                ends,
+                at: capture::now(),
+            })
+            .await;
+        Ok(Tapped::new(
+            stream,
+            tx.clone(),
+            key,
+            UPSTREAM_LEG,
+            Peer::Initiator,
+        ))
+    }
+}
+
+/// One upstream connection: plain or TLS, with what its first bytes said.
+pub struct Leg {
+    io: Io,
+    h2: bool,
+    /// Set if the first bytes read are an HTTP/1.x status line.
+    sniff: Option<Arc<AtomicBool>>,
+}
+
+enum Io {
+    Plain(Tapped<TcpStream>),
+    Tls(Box<TlsStream<Tapped<TcpStream>>>),
+}
+
+impl Leg {
+    fn plain(stream: Tapped<TcpStream>, sniff: Option<Arc<AtomicBool>>) -> Leg {
+        Leg {
+            io: Io::Plain(stream),
+            h2: false,
+            sniff,
+        }
+    }
+
+    fn tls(stream: TlsStream<Tapped<TcpStream>>, h2: bool, sniff: Option<Arc<AtomicBool>>) -> Leg {
+        Leg {
+            io: Io::Tls(Box::new(stream)),
+            h2,
+            sniff,
+        }
+    }
+}
+
+impl Connection for Leg {
+    fn connected(&self) -> Connected {
+        let tcp = match &self.io {
+            Io::Plain(s) => s.get_ref(),
+            Io::Tls(s) => s.get_ref().0.get_ref(),
+        };
+        let connected = tcp.connected();
+        if self.h2 {
+            connected.negotiated_h2()
+        } else {
+            connected
+        }
+    }
+}
+
+impl AsyncRead for Leg {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let polled = match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        if let Poll::Ready(Ok(())) = polled
+            && buf.filled().len() > before
+            && let Some(flag) = this.sniff.take()
+            && buf.filled()[before..].starts_with(b"HTTP/1.")
+        {
+            flag.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Leg {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.io {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.io {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.io {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.io {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match &self.io {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
