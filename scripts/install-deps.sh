@@ -2,9 +2,14 @@
 # Installs the Debian packages snag's tests and benchmarks use. Needs root (or sudo).
 #   tests: curl (HTTP/1.1 and h2c client), nghttp2-client, iproute2 (ss)
 #   benchmark: wrk, nginx, haproxy   capture checks: tshark   case report: chromium
+#   gRPC tests: grpcio and grpcio-health-checking from PyPI
 set -euo pipefail
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 $sudo apt-get install -y -q --no-install-recommends iproute2 curl nghttp2-client wrk nginx haproxy tshark python3 chromium
+# gRPC's reference stack (C core, through Python) as the independent gRPC client and
+# server of tests/grpc.rs; PyPI ships it as wheels.
+python3 -m pip install --quiet --disable-pip-version-check \
+  grpcio==1.85.3 grpcio-health-checking==1.85.1

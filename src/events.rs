@@ -55,6 +55,7 @@ pub struct Counters {
     probes_failed: AtomicU64,
     tls_failures: AtomicU64,
     streams_refused: AtomicU64,
+    streams_unprocessed: AtomicU64,
     ids: Mutex<Ids>,
 }
 
@@ -128,6 +129,9 @@ pub struct Stats {
     pub tls_failures: u64,
     /// HTTP/2 streams refused by a fault (RST_STREAM with REFUSED_STREAM).
     pub streams_refused: u64,
+    /// HTTP/2 streams a `goaway` declared unprocessed: never forwarded, never
+    /// answered.
+    pub streams_unprocessed: u64,
     /// Transaction ids seen more than once, with how many times.
     pub duplicates: BTreeMap<String, u64>,
     /// Transaction ids not tracked because the table was full.
@@ -241,6 +245,11 @@ impl Counters {
         self.streams_refused.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A GOAWAY declared a stream unprocessed.
+    pub fn stream_unprocessed(&self) {
+        self.streams_unprocessed.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A request carried transaction id `id`.
     pub fn transaction(&self, id: &str) {
         let mut ids = self
@@ -350,6 +359,7 @@ impl Counters {
             probes_failed: get(&self.probes_failed),
             tls_failures: get(&self.tls_failures),
             streams_refused: get(&self.streams_refused),
+            streams_unprocessed: get(&self.streams_unprocessed),
             duplicates: ids
                 .seen
                 .iter()

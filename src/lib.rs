@@ -13,7 +13,8 @@
 //!    balancer, the load generator, [`lab::driver`] for HAProxy and nginx) and [`api`]
 //!    (Toxiproxy-compatible, `snag serve`).
 //! 4. The interposer: [`proxy`] (listeners and listener faults, [`proxy::relay`] for
-//!    TCP, [`proxy::http`] for HTTP mode, [`proxy::scenario`]'s timelines).
+//!    TCP, [`proxy::http`] for HTTP mode: TLS, the upstream clients, an HTTP/2 frame
+//!    layer of its own; [`proxy::scenario`]'s timelines).
 //! 5. Faults: [`fault`] (what a fault is, TCP stages one per file, HTTP hooks in
 //!    [`fault::http`], drains, fault files). Plain data and pure logic, no I/O.
 //! 6. Leaves, the evidence and what every task uses: [`capture`], [`events`],

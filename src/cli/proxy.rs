@@ -53,7 +53,7 @@ pub enum CtlCommand {
         #[arg(long, value_name = "ADDR")]
         probe_listen: Option<String>,
         /// In http mode, requests to this path are health probes (repeatable);
-        /// default /health, /healthz, /ready, /api/v1/health.
+        /// default /health, /healthz, /ready, /api/v1/health, /grpc.health.v1.Health/Check.
         #[arg(long = "probe-path", value_name = "PATH")]
         probe_paths: Vec<String>,
         /// A capture of this proxy alone, in the server's files directory.
@@ -206,7 +206,7 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "ADDR", conflicts_with = "file")]
     pub probe_listen: Option<std::net::SocketAddr>,
     /// In http mode, requests to this path are health probes (repeat for several);
-    /// default /health, /healthz, /ready, /api/v1/health.
+    /// default /health, /healthz, /ready, /api/v1/health, /grpc.health.v1.Health/Check.
     #[arg(long = "probe-path", value_name = "PATH", conflicts_with = "file")]
     pub probe_paths: Vec<String>,
     /// In http mode, requests whose header NAME contains TEXT are probes, e.g.

@@ -14,6 +14,10 @@
 mod bad_body;
 mod delay;
 mod drop_request;
+mod goaway;
+pub mod grpc;
+mod grpc_health;
+mod grpc_status;
 mod keepalive_close;
 mod refused_stream;
 mod reset_mid_response;
@@ -30,6 +34,9 @@ pub use self::{
     bad_body::{BadBody, BadBodyMode},
     delay::{DelayAt, HttpDelay},
     drop_request::DropRequest,
+    goaway::{Close, Goaway, GoawayPlan, LastStream},
+    grpc_health::{GrpcHealth, ServingStatus},
+    grpc_status::GrpcStatus,
     keepalive_close::KeepaliveClose,
     refused_stream::RefusedStream,
     reset_mid_response::ResetMidResponse,
@@ -80,11 +87,16 @@ pub trait HttpFault: Send + Sync + fmt::Debug {
 pub enum Reply {
     /// This answer goes to the client.
     Answer(hyper::Response<Bytes>),
+    /// This answer, then these trailers (a gRPC message and its status).
+    AnswerWithTrailers(hyper::Response<Bytes>, hyper::HeaderMap),
     /// No answer at all; the connection is reset after the duration, or, with
     /// `None`, held until the client gives up.
     Drop(Option<Duration>),
     /// HTTP/2: RST_STREAM(REFUSED_STREAM) for this stream alone.
     Refuse,
+    /// HTTP/2: the connection gets a GOAWAY and closes as planned; this request
+    /// goes on, unless the plan declares it unprocessed.
+    Goaway(GoawayPlan),
 }
 
 /// What a body hook asks for the frame it was given.
@@ -118,6 +130,8 @@ pub struct Exchange {
     pub on_conn: u64,
     /// The client spoke HTTP/2.
     pub h2: bool,
+    /// HTTP/2: the id of the stream that carries it (0 on HTTP/1.1).
+    pub stream: u32,
     /// HTTP/1.1: close the connection if no request follows this exchange within
     /// this long (the shortest a hook asked for).
     pub close_if_idle: Option<Duration>,
@@ -136,6 +150,7 @@ impl Exchange {
             hold_body: Duration::ZERO,
             on_conn: 1,
             h2: false,
+            stream: 0,
             close_if_idle: None,
             seed,
             proxy,
@@ -168,6 +183,9 @@ pub const REGISTRY: &[(&str, Build)] = &[
     ("reset_mid_response", build::<ResetMidResponse>),
     ("refused_stream", build::<RefusedStream>),
     ("keepalive_close", build::<KeepaliveClose>),
+    ("grpc_status", build::<GrpcStatus>),
+    ("grpc_health", build::<GrpcHealth>),
+    ("goaway", build::<Goaway>),
 ];
 
 fn build<T: HttpFault + DeserializeOwned + 'static>(

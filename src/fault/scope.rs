@@ -60,7 +60,13 @@ pub struct ProbeRules {
 }
 
 /// Paths whose requests count as health probes when no rule says otherwise.
-pub const PROBE_PATHS: [&str; 4] = ["/health", "/healthz", "/ready", "/api/v1/health"];
+pub const PROBE_PATHS: [&str; 5] = [
+    "/health",
+    "/healthz",
+    "/ready",
+    "/api/v1/health",
+    "/grpc.health.v1.Health/Check",
+];
 
 impl Default for ProbeRules {
     fn default() -> Self {

@@ -4,6 +4,8 @@
 //! time. Requests are told apart as health probes or data by their path.
 
 mod body;
+mod frames;
+mod goaway;
 mod keepalive;
 mod upstream;
 
@@ -130,6 +132,8 @@ struct Conn {
     h2: Arc<std::sync::atomic::AtomicBool>,
     /// Requests carried and in flight, and a close armed for when it is idle.
     keepalive: Arc<keepalive::Keepalive>,
+    /// HTTP/2: its streams, frames and `goaway`.
+    h2conn: Arc<goaway::H2Conn>,
     /// `Probe` when it came through the probe listener: every request is a probe.
     class: Scope,
     /// The capture and this connection's key in it, if capturing.
@@ -204,6 +208,7 @@ pub async fn handle(
         socket,
         h2: Arc::default(),
         keepalive: Arc::default(),
+        h2conn: Arc::default(),
         class,
         tap,
     });
@@ -237,17 +242,30 @@ where
     let watched_proxy = conn.proxy.clone();
     let (h2, socket, tap) = (conn.h2.clone(), conn.socket.clone(), conn.tap.clone());
     let keepalive = conn.keepalive.clone();
-    let service = service_fn(move |req| {
+    let h2conn = conn.h2conn.clone();
+    let wire = frames::Wire::new(stream, h2conn.frames.clone());
+    let service = service_fn(move |req: Request<Incoming>| {
+        // Here, not in the future: hyper calls this in the order the streams opened,
+        // the order the frame layer read their ids in.
+        let stream = if req.version() == Version::HTTP_2 {
+            conn.h2conn.next_stream()
+        } else {
+            None
+        };
         let conn = conn.clone();
-        async move { exchange(req, &conn).await }
+        async move { exchange(req, &conn, stream).await }
     });
     let builder = auto::Builder::new(TokioExecutor::new());
-    let serving = builder.serve_connection(TokioIo::new(stream), service);
+    let serving = builder.serve_connection(TokioIo::new(wire.shim()), service);
     let mut serving = std::pin::pin!(serving);
     let mut drained = false;
     let mut closing = false;
     loop {
         tokio::select! {
+            _ = h2conn.closing(&wire, &watched_proxy) => {
+                debug!("http/2 connection closed by a goaway fault");
+                return;
+            }
             idle = keepalive.expired(), if !closing && !drained => {
                 // An idle HTTP/1.1 connection closes at once (FIN).
                 closing = true;
@@ -327,7 +345,11 @@ async fn ended(control: &Control, faults: &Faults, drained: bool, class: Scope) 
     }
 }
 
-async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyBody>, Failure> {
+async fn exchange(
+    req: Request<Incoming>,
+    conn: &Conn,
+    stream: Option<(u32, goaway::Turn)>,
+) -> Result<Response<ReplyBody>, Failure> {
     let proxy = &conn.proxy;
     let number = proxy.next_request();
     let headers = req.headers();
@@ -383,7 +405,12 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
     let mut cx = Exchange::new(proxy.seed(), conn.name.clone(), number, class);
     cx.on_conn = on_conn;
     cx.h2 = req.version() == Version::HTTP_2;
-    let reply = respond(req, conn, cx, faults).await;
+    let turn = stream.map(|(id, turn)| {
+        // Stream order, not the order the exchanges happened to start in.
+        (cx.stream, cx.on_conn) = (id, turn.number());
+        turn
+    });
+    let reply = respond(req, conn, cx, faults, turn).await;
     let status = reply.as_ref().map_or(0, |r| r.status().as_u16());
     if status > 0 {
         counters.response(status);
@@ -392,6 +419,17 @@ async fn exchange(req: Request<Incoming>, conn: &Conn) -> Result<Response<ReplyB
         probe.status = status;
     }
     reply
+}
+
+/// A stream a GOAWAY declared unprocessed: it never reaches the upstream and gets
+/// no answer; the connection's close ends it.
+async fn unprocessed(conn: &Conn, stream: u32) -> Result<Response<ReplyBody>, Failure> {
+    conn.proxy.counters().stream_unprocessed();
+    conn.proxy.event(
+        "stream_unprocessed",
+        serde_json::json!({ "stream_id": stream }),
+    );
+    std::future::pending().await
 }
 
 /// One health probe, recorded in the counters and the event log when it ends.
@@ -431,8 +469,18 @@ async fn respond(
     conn: &Conn,
     mut cx: Exchange,
     faults: Vec<Arc<Fault>>,
+    mut turn: Option<goaway::Turn>,
 ) -> Result<Response<ReplyBody>, Failure> {
     let proxy = &conn.proxy;
+    // HTTP/2: the streams of a connection decide in the order they opened whether
+    // they go upstream, so that a GOAWAY's last-stream-id splits them cleanly.
+    if let Some(turn) = &turn {
+        turn.wait().await;
+    }
+    if conn.h2conn.unprocessed(cx.stream) {
+        drop(turn);
+        return unprocessed(conn, cx.stream).await;
+    }
     if cx.class == Scope::Probe && proxy.unready() {
         // A readiness drain's first step: the backend says it is not ready.
         return Ok(plain(
@@ -448,6 +496,19 @@ async fn respond(
         match hooks.request(&head, &mut cx) {
             None => {}
             Some(Reply::Answer(answer)) => return Ok(answer.map(full)),
+            Some(Reply::AnswerWithTrailers(answer, trailers)) => {
+                return Ok(answer.map(|bytes| {
+                    Full::new(bytes)
+                        .map_err(|never: Infallible| match never {})
+                        .with_trailers(std::future::ready(Some(Ok(trailers))))
+                        .boxed()
+                }));
+            }
+            Some(Reply::Goaway(plan)) if conn.h2conn.start(plan, cx.stream, &fault.name, proxy) => {
+                drop((body, turn));
+                return unprocessed(conn, cx.stream).await;
+            }
+            Some(Reply::Goaway(_)) => {}
             Some(Reply::Refuse) => {
                 drop(body);
                 proxy.counters().stream_refused();
@@ -455,7 +516,7 @@ async fn respond(
                 return Err(Failure::Stream(h2::Reason::REFUSED_STREAM.into()));
             }
             Some(Reply::Drop(after)) => {
-                drop(body);
+                drop((body, turn.take()));
                 let Some(after) = after else {
                     // The client gives up first: it drops this future.
                     return std::future::pending().await;
@@ -480,6 +541,11 @@ async fn respond(
     let outbound = match outbound(req, &route) {
         Ok(r) => r,
         Err(e) => return Ok(plain(StatusCode::BAD_REQUEST, format!("snag: {e}\n"))),
+    };
+    let forwarding = conn.h2conn.forward(cx.stream);
+    drop(turn);
+    let Some(processing) = forwarding else {
+        return unprocessed(conn, cx.stream).await;
     };
     let response = match route.client.request(outbound).await {
         Ok(r) => r,
@@ -539,7 +605,11 @@ async fn respond(
         tokio::time::sleep(cx.hold_head).await;
     }
     let faulted = Faulted::new(body, faults, cx, whole, conn, h2).with_trailers(trailers);
-    Ok(Response::from_parts(parts, faulted.boxed()))
+    let tracked = goaway::Tracked {
+        inner: faulted.boxed(),
+        _processing: Some(processing),
+    };
+    Ok(Response::from_parts(parts, tracked.boxed()))
 }
 
 /// The request as it goes upstream on `route`: same method, path, headers, body and

@@ -1,0 +1,317 @@
+//! One HTTP/2 connection's `goaway` as it plays out: which streams are let in,
+//! the GOAWAYs and PING written through the frame layer, and the close.
+
+use std::{
+    pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    sync::Notify,
+};
+
+use super::{
+    Failure, ReplyBody,
+    frames::{Frames, MAX_STREAM, Wire},
+};
+use crate::{
+    fault::http::{Close, GoawayPlan, LastStream},
+    proxy::Proxy,
+};
+
+/// How often the close waits re-check what only the bytes tell (a PING answered, a
+/// frame written while hyper is idle).
+const TICK: Duration = Duration::from_millis(1);
+
+/// Shared by a connection's exchanges and its serving loop.
+#[derive(Debug, Default)]
+pub(super) struct H2Conn {
+    pub(super) frames: Arc<Mutex<Frames>>,
+    state: Mutex<State>,
+    changed: Notify,
+    /// Streams forwarded whose responses have not finished.
+    processing: AtomicU64,
+    /// Which streams, by their number on the connection, have decided whether
+    /// they go upstream: all up to the first, and those beyond it.
+    decided: Mutex<(u64, std::collections::BTreeSet<u64>)>,
+}
+
+/// A stream's place in the order of decisions, taken when hyper hands the stream
+/// over (so a stream dropped before it ever ran still lets the next one go): it
+/// waits its turn in [`Turn::wait`], and the next stream's begins when it is dropped.
+pub(super) struct Turn {
+    conn: Arc<H2Conn>,
+    number: u64,
+}
+
+impl Turn {
+    /// The stream's number on its connection, from 1.
+    pub(super) fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// Waits until every stream before this one has decided.
+    pub(super) async fn wait(&self) {
+        loop {
+            let woken = self.conn.changed.notified();
+            let prefix = self
+                .conn
+                .decided
+                .lock()
+                .expect("no code panics holding the turn")
+                .0;
+            if prefix + 1 >= self.number {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut decided = self
+            .conn
+            .decided
+            .lock()
+            .expect("no code panics holding the turn");
+        let (prefix, ahead) = &mut *decided;
+        ahead.insert(self.number);
+        while ahead.remove(&(*prefix + 1)) {
+            *prefix += 1;
+        }
+        drop(decided);
+        self.conn.changed.notify_waiters();
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The GOAWAY under way and the fault that asked for it.
+    plan: Option<(GoawayPlan, String)>,
+    /// The last stream let in, once declared.
+    last: Option<u32>,
+    /// The highest stream forwarded upstream.
+    forwarded: u32,
+}
+
+/// A forwarded stream's response; the close waits for it to finish.
+pub(super) struct Processing(Arc<H2Conn>);
+
+impl Drop for Processing {
+    fn drop(&mut self) {
+        self.0.processing.fetch_sub(1, Ordering::Relaxed);
+        self.0.changed.notify_waiters();
+    }
+}
+
+impl H2Conn {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .expect("no code panics holding the goaway state")
+    }
+
+    /// The id of the stream that carries the next exchange, and its turn; `None`
+    /// if the frame layer saw no new stream for it.
+    pub(super) fn next_stream(self: &Arc<Self>) -> Option<(u32, Turn)> {
+        let (id, number) = self
+            .frames
+            .lock()
+            .expect("no code panics holding the frame layer")
+            .take_opened()?;
+        Some((
+            id,
+            Turn {
+                conn: self.clone(),
+                number,
+            },
+        ))
+    }
+
+    /// Whether stream `id` is above a declared last stream: unprocessed, it must
+    /// never reach the upstream.
+    pub(super) fn unprocessed(&self, id: u32) -> bool {
+        id > 0 && self.state().last.is_some_and(|last| id > last)
+    }
+
+    /// Stream `id` goes upstream now, unless a GOAWAY declared it unprocessed
+    /// meanwhile (`None`: hold it).
+    pub(super) fn forward(self: &Arc<Self>, id: u32) -> Option<Processing> {
+        let mut state = self.state();
+        if id > 0 && state.last.is_some_and(|last| id > last) {
+            return None;
+        }
+        state.forwarded = state.forwarded.max(id);
+        self.processing.fetch_add(1, Ordering::Relaxed);
+        Some(Processing(self.clone()))
+    }
+
+    /// Fault `fault` asked for `plan` on stream `id`; true if this stream is then
+    /// unprocessed. Only the first GOAWAY of a connection plays.
+    pub(super) fn start(&self, plan: GoawayPlan, id: u32, fault: &str, proxy: &Proxy) -> bool {
+        let mut state = self.state();
+        if state.plan.is_some() {
+            return state.last.is_some_and(|last| id > last);
+        }
+        state.plan = Some((plan, fault.to_string()));
+        let mut frames = self
+            .frames
+            .lock()
+            .expect("no code panics holding the frame layer");
+        let last = match plan.last_stream {
+            LastStream::Current => Some(id),
+            LastStream::BelowInflight => Some(state.forwarded),
+            LastStream::Graceful => None,
+        };
+        match last {
+            Some(last) => {
+                state.last = Some(last);
+                frames.goaway(last, plan.error_code);
+                goaway_sent(proxy, fault, last, plan.error_code, true);
+            }
+            None => {
+                frames.goaway(MAX_STREAM, plan.error_code);
+                frames.ping();
+                goaway_sent(proxy, fault, MAX_STREAM, plan.error_code, false);
+            }
+        }
+        drop(frames);
+        self.changed.notify_waiters();
+        last.is_some_and(|last| id > last)
+    }
+
+    /// Resolves when the connection must close: after the GOAWAY (both for a
+    /// graceful one) has been written and, as planned, its streams finished and the
+    /// delay passed. Pending forever if no `goaway` fires.
+    pub(super) async fn closing<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        wire: &Wire<S>,
+        proxy: &Proxy,
+    ) {
+        let (plan, fault) = loop {
+            let woken = self.changed.notified();
+            if let Some(plan) = self.state().plan.clone() {
+                break plan;
+            }
+            woken.await;
+        };
+        if plan.last_stream == LastStream::Graceful {
+            // The second step, one round trip later: the PING's answer.
+            loop {
+                wire.inject();
+                let acked = self
+                    .frames
+                    .lock()
+                    .expect("no code panics holding the frame layer")
+                    .ping_acked;
+                if acked {
+                    break;
+                }
+                tokio::time::sleep(TICK).await;
+            }
+            let mut frames = self
+                .frames
+                .lock()
+                .expect("no code panics holding the frame layer");
+            let last = frames.max_opened;
+            self.state().last = Some(last);
+            frames.goaway(last, plan.error_code);
+            drop(frames);
+            goaway_sent(proxy, &fault, last, plan.error_code, true);
+        }
+        while !wire.inject() {
+            tokio::time::sleep(TICK).await;
+        }
+        if plan.close == Close::AfterStreamsFinish {
+            loop {
+                let woken = self.changed.notified();
+                if self.processing.load(Ordering::Relaxed) == 0 {
+                    break;
+                }
+                woken.await;
+            }
+        }
+        tokio::time::sleep(plan.delay_close).await;
+    }
+}
+
+fn goaway_sent(proxy: &Proxy, fault: &str, last: u32, code: u32, last_one: bool) {
+    if last_one {
+        proxy.counters().goaway();
+    }
+    proxy.event(
+        "goaway",
+        serde_json::json!({ "fault": fault, "last_stream_id": last, "error_code": code }),
+    );
+}
+
+/// A response body that holds its stream's [`Processing`] until it is done.
+pub(super) struct Tracked {
+    pub(super) inner: ReplyBody,
+    pub(super) _processing: Option<Processing>,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = Failure;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(conn: &Arc<H2Conn>, number: u64) -> Turn {
+        Turn {
+            conn: conn.clone(),
+            number,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn streams_decide_in_the_order_they_opened_even_if_one_never_runs() {
+        let conn = Arc::new(H2Conn::default());
+        let (first, second, third) = (turn(&conn, 1), turn(&conn, 2), turn(&conn, 3));
+        first.wait().await;
+        let waiting = async {
+            third.wait().await;
+            tokio::time::Instant::now()
+        };
+        let released = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            drop(first);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            // The second stream was dropped before it ever waited (the client reset
+            // it): the third goes on.
+            drop(second);
+            tokio::time::Instant::now()
+        };
+        let t0 = tokio::time::Instant::now();
+        let (went, last_release) = tokio::join!(waiting, released);
+        assert_eq!(went, last_release);
+        assert_eq!(went - t0, Duration::from_millis(20));
+    }
+}
