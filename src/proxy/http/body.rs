@@ -16,7 +16,7 @@ use hyper::{
 };
 use tokio::time::Sleep;
 
-use super::{Conn, Failure, ReplyBody};
+use super::{Failure, ReplyBody, connection::Conn};
 use crate::{
     fault::{
         Fault,
@@ -206,7 +206,7 @@ impl Faulted {
                 }
                 if self.cut == Some(Cut::Reset) {
                     self.socket.reset_on_close();
-                    super::record_reset(&self.tap, "reset_mid_response");
+                    super::connection::record_reset(&self.tap, "reset_mid_response");
                     self.proxy.counters().fault_reset();
                     self.proxy.event(
                         "fault_reset",

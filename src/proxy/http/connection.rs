@@ -1,0 +1,305 @@
+//! One client connection in HTTP mode: its TLS handshake, hyper serving it through
+//! the HTTP/2 frame layer, and the drains, shutdowns, idle closes and GOAWAYs that
+//! end it. Its exchanges are [`super::exchange`]'s.
+
+use std::{sync::Arc, time::Duration};
+
+use hyper::{Request, Version, body::Incoming, service::service_fn};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
+use tokio::{net::TcpStream, sync::mpsc};
+use tokio_rustls::TlsAcceptor;
+use tracing::debug;
+
+use super::{exchange, frames, goaway, keepalive, upstream::Upstreams};
+use crate::{
+    capture::{self, CLIENT_LEG, Record, tap::Tapped, tcp::Peer},
+    fault::{Kind, Scope, config::ProxyConfig},
+    proxy::{
+        Proxy, RunContext,
+        relay::{Control, Faults},
+        socket,
+    },
+    tls,
+};
+
+/// What HTTP mode needs besides the proxy's state: TLS for the client leg, and the
+/// clients of the upstream leg. Made with the proxy, so that a bad certificate is
+/// an error when it starts; each listener serves with its own copy
+/// ([`Legs::for_listener`]), whose pooled upstream connections end with it.
+pub struct Legs {
+    /// TLS on the listeners, if any.
+    acceptor: Option<TlsAcceptor>,
+    pub(super) upstreams: Upstreams,
+}
+
+impl std::fmt::Debug for Legs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Legs")
+            .field("tls", &self.acceptor.is_some())
+            .finish()
+    }
+}
+
+impl Legs {
+    /// The legs `config` describes; `Err` says which setting cannot be used and why.
+    pub fn new(config: &ProxyConfig, context: &RunContext) -> Result<Legs, String> {
+        config.check_legs()?;
+        let acceptor = match &config.tls {
+            Some(listen) => {
+                let identity = tls::Identity::of(listen).map_err(|e| format!("TLS: {e}"))?;
+                let server = tls::server(identity, context.keylog.clone())
+                    .map_err(|e| format!("TLS: {e}"))?;
+                Some(TlsAcceptor::from(server))
+            }
+            None => None,
+        };
+        let upstreams =
+            Upstreams::new(config, context).map_err(|e| format!("upstream TLS: {e}"))?;
+        Ok(Legs {
+            acceptor,
+            upstreams,
+        })
+    }
+
+    /// The same settings with no upstream connection yet: one listener's, so that
+    /// its pooled connections (and the capture senders they hold) end with it.
+    pub fn for_listener(&self) -> Legs {
+        Legs {
+            acceptor: self.acceptor.clone(),
+            upstreams: self.upstreams.fresh(),
+        }
+    }
+}
+
+/// The longest a client's TLS handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one client connection's exchanges share.
+pub(super) struct Conn {
+    pub(super) proxy: Arc<Proxy>,
+    /// The proxy's name, shared by every exchange's hooks.
+    pub(super) name: Arc<str>,
+    pub(super) faults: Faults,
+    pub(super) legs: Arc<Legs>,
+    /// The client socket hyper serves: setting SO_LINGER 0 through it turns the
+    /// close hyper makes into an RST.
+    pub(super) socket: socket::Shared,
+    /// Whether it carried an HTTP/2 request (a drain's GOAWAY is counted then).
+    pub(super) h2: Arc<std::sync::atomic::AtomicBool>,
+    /// Requests carried and in flight, and a close armed for when it is idle.
+    pub(super) keepalive: Arc<keepalive::Keepalive>,
+    /// HTTP/2: its streams, frames and `goaway`.
+    pub(super) h2conn: Arc<goaway::H2Conn>,
+    /// `Probe` when it came through the probe listener: every request is a probe.
+    pub(super) class: Scope,
+    /// The capture and this connection's key in it, if capturing.
+    pub(super) tap: Option<(mpsc::Sender<Record>, u64)>,
+}
+
+impl Conn {
+    /// Records the RST snag is about to send the client, if capturing.
+    pub(super) fn record_reset(&self, why: &str) {
+        record_reset(&self.tap, why);
+    }
+}
+
+/// Records an RST from snag on a client leg; a full queue drops it (resets are rare,
+/// and the wait would have to happen where no await is possible).
+pub(super) fn record_reset(tap: &Option<(mpsc::Sender<Record>, u64)>, why: &str) {
+    if let Some((tx, key)) = tap {
+        let note = Some(format!("snag: {why}"));
+        let _ = tx.try_send(Record::Rst {
+            conn: *key,
+            leg: CLIENT_LEG,
+            from: Peer::Acceptor,
+            note,
+            at: capture::now(),
+        });
+    }
+}
+
+/// Serves one client connection in HTTP mode until it closes, the proxy goes down
+/// or shuts down.
+pub async fn handle(
+    stream: TcpStream,
+    proxy: Arc<Proxy>,
+    faults: Faults,
+    control: Arc<Control>,
+    legs: Arc<Legs>,
+    class: Scope,
+    number: u64,
+) {
+    let _ = stream.set_nodelay(true);
+    let ends = (stream.peer_addr(), stream.local_addr());
+    let stream = socket::Shared::new(stream);
+    let socket = stream.clone();
+    let watched = faults.clone();
+    // Captured as a client leg of its own: upstream connections are pooled and shared.
+    let tap = proxy
+        .context()
+        .capture
+        .as_ref()
+        .and_then(|c| c.sender())
+        .map(|tx| (tx, capture::key(&proxy.name, number)));
+    let stream = match (&tap, ends) {
+        (Some((tx, key)), (Ok(peer), Ok(local))) => {
+            let _ = tx
+                .send(Record::OpenLeg {
+                    conn: *key,
+                    leg: CLIENT_LEG,
+                    ends: (peer, local),
+                    at: capture::now(),
+                })
+                .await;
+            Tapped::new(stream, tx.clone(), *key, CLIENT_LEG, Peer::Acceptor)
+        }
+        _ => Tapped::plain(stream),
+    };
+    let acceptor = legs.acceptor.clone();
+    let conn = Arc::new(Conn {
+        name: Arc::from(proxy.name.as_str()),
+        proxy,
+        faults,
+        legs,
+        socket,
+        h2: Arc::default(),
+        keepalive: Arc::default(),
+        h2conn: Arc::default(),
+        class,
+        tap,
+    });
+    let Some(acceptor) = acceptor else {
+        return serve(stream, conn, control, watched, class).await;
+    };
+    let handshake = tokio::select! {
+        done = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => done,
+        _ = ended(&control, &watched, true, class) => return,
+    };
+    match handshake {
+        Ok(Ok(stream)) => serve(stream, conn, control, watched, class).await,
+        failed => {
+            let why = match failed {
+                Ok(Err(err)) => err.to_string(),
+                _ => format!("no handshake within {} s", HANDSHAKE_TIMEOUT.as_secs()),
+            };
+            debug!(%why, "TLS handshake failed");
+            conn.proxy.counters().tls_failure();
+            conn.proxy
+                .event("tls_failed", serde_json::json!({ "why": why }));
+        }
+    }
+}
+
+/// Serves HTTP on one client connection, in clear or TLS.
+async fn serve<S>(stream: S, conn: Arc<Conn>, control: Arc<Control>, watched: Faults, class: Scope)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let watched_proxy = conn.proxy.clone();
+    let (h2, socket, tap) = (conn.h2.clone(), conn.socket.clone(), conn.tap.clone());
+    let keepalive = conn.keepalive.clone();
+    let h2conn = conn.h2conn.clone();
+    let wire = frames::Wire::new(stream, h2conn.frames.clone());
+    let service = service_fn(move |req: Request<Incoming>| {
+        // Here, not in the future: hyper calls this in the order the streams opened,
+        // the order the frame layer read their ids in.
+        let stream = if req.version() == Version::HTTP_2 {
+            conn.h2conn.next_stream()
+        } else {
+            None
+        };
+        let conn = conn.clone();
+        async move { exchange(req, &conn, stream).await }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let serving = builder.serve_connection(TokioIo::new(wire.shim()), service);
+    let mut serving = std::pin::pin!(serving);
+    let mut drained = false;
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            _ = h2conn.closing(&wire, &watched_proxy) => {
+                debug!("http/2 connection closed by a goaway fault");
+                return;
+            }
+            idle = keepalive.expired(), if !closing && !drained => {
+                // An idle HTTP/1.1 connection closes at once (FIN).
+                closing = true;
+                watched_proxy.event(
+                    "keepalive_closed",
+                    serde_json::json!({ "idle_ms": idle.as_millis() as u64 }),
+                );
+                serving.as_mut().graceful_shutdown();
+            }
+            done = serving.as_mut() => {
+                if let Err(err) = done {
+                    if err.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse) {
+                        watched_proxy.counters().bad_request();
+                    }
+                    debug!(%err, "http connection ended");
+                }
+                return;
+            }
+            why = ended(&control, &watched, drained, class) => match why {
+                Stop::Drain => {
+                    // hyper closes idle HTTP/1.1 connections, marks responses in flight
+                    // `Connection: close`, and sends HTTP/2 connections a GOAWAY (the
+                    // two-step of RFC 9113 §6.8: first the maximum stream id, then
+                    // after a PING the last stream it will process).
+                    drained = true;
+                    if h2.load(std::sync::atomic::Ordering::Relaxed) {
+                        watched_proxy.counters().goaway();
+                        watched_proxy.event("goaway", serde_json::json!({}));
+                    }
+                    serving.as_mut().graceful_shutdown();
+                }
+                Stop::Reset => {
+                    record_reset(&tap, "drain");
+                    socket.reset_on_close();
+                    debug!("http connection reset by a drain");
+                    return;
+                }
+                Stop::Close => {
+                    debug!("http connection closed by snag");
+                    return;
+                }
+            },
+        }
+    }
+}
+
+/// Why snag ends or winds down an HTTP connection.
+enum Stop {
+    /// Finish gracefully.
+    Drain,
+    /// RST now.
+    Reset,
+    /// Close now (shutdown, or the proxy went `down`).
+    Close,
+}
+
+/// Resolves when snag must act on the connection; `drained`: the drain was seen.
+async fn ended(control: &Control, faults: &Faults, drained: bool, class: Scope) -> Stop {
+    loop {
+        let mut woken = std::pin::pin!(control.notified());
+        woken.as_mut().enable();
+        if control.is_reset() {
+            return Stop::Reset;
+        }
+        if control.is_shut_down()
+            || faults
+                .borrow()
+                .iter()
+                .any(|f| f.kind == Kind::Down && f.acts_on_listener(class))
+        {
+            return Stop::Close;
+        }
+        if control.is_draining() && !drained {
+            return Stop::Drain;
+        }
+        woken.await;
+    }
+}
