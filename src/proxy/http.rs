@@ -204,12 +204,8 @@ async fn respond(
             None => {}
             Some(Reply::Answer(answer)) => return Ok(answer.map(full)),
             Some(Reply::AnswerWithTrailers(answer, trailers)) => {
-                return Ok(answer.map(|bytes| {
-                    Full::new(bytes)
-                        .map_err(|never: Infallible| match never {})
-                        .with_trailers(std::future::ready(Some(Ok(trailers))))
-                        .boxed()
-                }));
+                let trailers = std::future::ready(Some(Ok(trailers)));
+                return Ok(answer.map(|bytes| full(bytes).with_trailers(trailers).boxed()));
             }
             Some(Reply::Goaway(plan)) if conn.h2conn.start(plan, cx.stream, &fault.name, proxy) => {
                 drop((body, turn));

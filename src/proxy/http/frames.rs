@@ -78,14 +78,15 @@ impl Parser {
         }
     }
 
-    /// Bytes from here to the end of the current frame; 0 at a boundary.
+    /// Bytes from here to the end of the current frame; 0 at a boundary, and
+    /// `usize::MAX` inside a header (the frame's length is not known yet).
     fn to_boundary(&self) -> usize {
         if self.current.is_some() {
             self.left
         } else if self.header.is_empty() {
             0
         } else {
-            HEADER - self.header.len() + usize::MAX / 2 // unknown length: not a boundary
+            usize::MAX
         }
     }
 }
@@ -237,7 +238,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Wire<S> {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Locks part of the frame layer; nothing panics while holding it.
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().expect("no code panics holding the frame layer")
 }
 

@@ -20,7 +20,7 @@ use tokio::{
 
 use super::{
     Failure, ReplyBody,
-    frames::{Frames, MAX_STREAM, Wire},
+    frames::{Frames, MAX_STREAM, Wire, lock},
 };
 use crate::{
     fault::http::{Close, GoawayPlan, LastStream},
@@ -123,11 +123,7 @@ impl H2Conn {
     /// The id of the stream that carries the next exchange, and its turn; `None`
     /// if the frame layer saw no new stream for it.
     pub(super) fn next_stream(self: &Arc<Self>) -> Option<(u32, Turn)> {
-        let (id, number) = self
-            .frames
-            .lock()
-            .expect("no code panics holding the frame layer")
-            .take_opened()?;
+        let (id, number) = lock(&self.frames).take_opened()?;
         Some((
             id,
             Turn {
@@ -163,10 +159,7 @@ impl H2Conn {
             return state.last.is_some_and(|last| id > last);
         }
         state.plan = Some((plan, fault.to_string()));
-        let mut frames = self
-            .frames
-            .lock()
-            .expect("no code panics holding the frame layer");
+        let mut frames = lock(&self.frames);
         let last = match plan.last_stream {
             LastStream::Current => Some(id),
             LastStream::BelowInflight => Some(state.forwarded),
@@ -208,20 +201,13 @@ impl H2Conn {
             // The second step, one round trip later: the PING's answer.
             loop {
                 wire.inject();
-                let acked = self
-                    .frames
-                    .lock()
-                    .expect("no code panics holding the frame layer")
-                    .ping_acked;
+                let acked = lock(&self.frames).ping_acked;
                 if acked {
                     break;
                 }
                 tokio::time::sleep(TICK).await;
             }
-            let mut frames = self
-                .frames
-                .lock()
-                .expect("no code panics holding the frame layer");
+            let mut frames = lock(&self.frames);
             let last = frames.max_opened;
             self.state().last = Some(last);
             frames.goaway(last, plan.error_code);

@@ -28,6 +28,7 @@ use tokio::{
     sync::mpsc,
 };
 use tokio_rustls::{TlsConnector, client::TlsStream};
+use tokio_util::either::Either;
 
 use crate::{
     capture::{self, Record, UPSTREAM_LEG, tap::Tapped, tcp::Peer},
@@ -315,21 +316,16 @@ impl Connector {
 
 /// One upstream connection: plain or TLS, with what its first bytes said.
 pub struct Leg {
-    io: Io,
+    io: Either<Tapped<TcpStream>, Box<TlsStream<Tapped<TcpStream>>>>,
     h2: bool,
     /// Set if the first bytes read are an HTTP/1.x status line.
     sniff: Option<Arc<AtomicBool>>,
 }
 
-enum Io {
-    Plain(Tapped<TcpStream>),
-    Tls(Box<TlsStream<Tapped<TcpStream>>>),
-}
-
 impl Leg {
     fn plain(stream: Tapped<TcpStream>, sniff: Option<Arc<AtomicBool>>) -> Leg {
         Leg {
-            io: Io::Plain(stream),
+            io: Either::Left(stream),
             h2: false,
             sniff,
         }
@@ -337,7 +333,7 @@ impl Leg {
 
     fn tls(stream: TlsStream<Tapped<TcpStream>>, h2: bool, sniff: Option<Arc<AtomicBool>>) -> Leg {
         Leg {
-            io: Io::Tls(Box::new(stream)),
+            io: Either::Right(Box::new(stream)),
             h2,
             sniff,
         }
@@ -347,8 +343,8 @@ impl Leg {
 impl Connection for Leg {
     fn connected(&self) -> Connected {
         let tcp = match &self.io {
-            Io::Plain(s) => s.get_ref(),
-            Io::Tls(s) => s.get_ref().0.get_ref(),
+            Either::Left(s) => s.get_ref(),
+            Either::Right(s) => s.get_ref().0.get_ref(),
         };
         let connected = tcp.connected();
         if self.h2 {
@@ -367,10 +363,7 @@ impl AsyncRead for Leg {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let this = &mut *self;
-        let polled = match &mut this.io {
-            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        };
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = polled
             && buf.filled().len() > before
             && let Some(flag) = this.sniff.take()
@@ -388,24 +381,15 @@ impl AsyncWrite for Leg {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.io {
-            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
+        Pin::new(&mut self.io).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.io {
-            Io::Plain(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
+        Pin::new(&mut self.io).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.io {
-            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
@@ -413,16 +397,10 @@ impl AsyncWrite for Leg {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.io {
-            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        match &self.io {
-            Io::Plain(s) => s.is_write_vectored(),
-            Io::Tls(s) => s.is_write_vectored(),
-        }
+        self.io.is_write_vectored()
     }
 }
