@@ -55,6 +55,7 @@ pub struct Counters {
     probes_failed: AtomicU64,
     tls_failures: AtomicU64,
     streams_refused: AtomicU64,
+    settings_sent: AtomicU64,
     streams_unprocessed: AtomicU64,
     ids: Mutex<Ids>,
 }
@@ -132,6 +133,8 @@ pub struct Stats {
     /// HTTP/2 streams a `goaway` declared unprocessed: never forwarded, never
     /// answered.
     pub streams_unprocessed: u64,
+    /// HTTP/2 SETTINGS frames a `max_streams` fault sent mid-connection.
+    pub settings_sent: u64,
     /// Transaction ids seen more than once, with how many times.
     pub duplicates: BTreeMap<String, u64>,
     /// Transaction ids not tracked because the table was full.
@@ -243,6 +246,11 @@ impl Counters {
     /// A fault refused an HTTP/2 stream.
     pub fn stream_refused(&self) {
         self.streams_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A fault sent a SETTINGS frame on an HTTP/2 connection.
+    pub fn settings_sent(&self) {
+        self.settings_sent.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A GOAWAY declared a stream unprocessed.
@@ -360,6 +368,7 @@ impl Counters {
             tls_failures: get(&self.tls_failures),
             streams_refused: get(&self.streams_refused),
             streams_unprocessed: get(&self.streams_unprocessed),
+            settings_sent: get(&self.settings_sent),
             duplicates: ids
                 .seen
                 .iter()

@@ -19,6 +19,7 @@ pub mod grpc;
 mod grpc_health;
 mod grpc_status;
 mod keepalive_close;
+mod max_streams;
 mod refused_stream;
 mod reset_mid_response;
 mod status;
@@ -38,6 +39,7 @@ pub use self::{
     grpc_health::{GrpcHealth, ServingStatus},
     grpc_status::GrpcStatus,
     keepalive_close::KeepaliveClose,
+    max_streams::MaxStreams,
     refused_stream::RefusedStream,
     reset_mid_response::ResetMidResponse,
     status::HttpStatus,
@@ -135,6 +137,9 @@ pub struct Exchange {
     /// HTTP/1.1: close the connection if no request follows this exchange within
     /// this long (the shortest a hook asked for).
     pub close_if_idle: Option<Duration>,
+    /// HTTP/2: tell the client this MAX_CONCURRENT_STREAMS (a SETTINGS frame) while
+    /// this exchange goes on.
+    pub max_streams: Option<u32>,
     seed: u64,
     proxy: Arc<str>,
 }
@@ -152,6 +157,7 @@ impl Exchange {
             h2: false,
             stream: 0,
             close_if_idle: None,
+            max_streams: None,
             seed,
             proxy,
         }
@@ -186,6 +192,7 @@ pub const REGISTRY: &[(&str, Build)] = &[
     ("grpc_status", build::<GrpcStatus>),
     ("grpc_health", build::<GrpcHealth>),
     ("goaway", build::<Goaway>),
+    ("max_streams", build::<MaxStreams>),
 ];
 
 fn build<T: HttpFault + DeserializeOwned + 'static>(

@@ -201,7 +201,11 @@ async fn respond(
             continue;
         };
         match hooks.request(&head, &mut cx) {
-            None => {}
+            None => {
+                if let Some(max) = cx.max_streams.take() {
+                    conn.h2conn.max_streams(max, &fault.name, proxy);
+                }
+            }
             Some(Reply::Answer(answer)) => return Ok(answer.map(full)),
             Some(Reply::AnswerWithTrailers(answer, trailers)) => {
                 let trailers = std::future::ready(Some(Ok(trailers)));

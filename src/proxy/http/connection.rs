@@ -221,6 +221,7 @@ where
     let mut closing = false;
     loop {
         tokio::select! {
+            _ = h2conn.inject(&wire) => {}
             _ = h2conn.closing(&wire, &watched_proxy) => {
                 debug!("http/2 connection closed by a goaway fault");
                 return;

@@ -1,8 +1,11 @@
 //! The smallest HTTP/2 frame layer that lets snag send what hyper has no call for: a
-//! GOAWAY with any last-stream-id and code, and a PING to time the two-step of RFC
-//! 9113 §6.8. It sits between hyper and the client's bytes (above TLS), reads the
-//! frames both ways without changing them, and puts its own frames between hyper's
-//! at frame boundaries. On an HTTP/1.1 connection it only passes bytes.
+//! GOAWAY with any last-stream-id and code, a PING to time the two-step of RFC 9113
+//! §6.8, and a SETTINGS frame mid-connection. It sits between hyper and the client's
+//! bytes (above TLS), reads the frames both ways, and puts its own frames between
+//! hyper's at frame boundaries. It changes nothing of hyper's or the client's but
+//! one thing: the client's acknowledgement of snag's SETTINGS, which hyper never
+//! sent and would take for a protocol error, is kept from it. On an HTTP/1.1
+//! connection it only passes bytes.
 
 use std::{
     collections::VecDeque,
@@ -18,6 +21,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const HEADER: usize = 9;
 const HEADERS: u8 = 0x1;
+const SETTINGS: u8 = 0x4;
+const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
 const ACK: u8 = 0x1;
@@ -26,56 +31,107 @@ pub(super) const PING_PAYLOAD: [u8; 8] = *b"snag-gwy";
 /// The highest stream id: a GOAWAY that lets every stream in.
 pub(super) const MAX_STREAM: u32 = (1 << 31) - 1;
 
+/// A frame as the parser sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen<'a> {
+    /// A frame's header is complete: its type, flags and stream.
+    Head(u8, u8, u32),
+    /// A PING is complete: its flags and payload.
+    Ping(u8, &'a [u8]),
+}
+
 /// What is known of one direction's frames.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Parser {
     /// The header of the frame being read, as far as it came.
     header: Vec<u8>,
+    /// How much of `header` has been passed on (when filtering, a header is held
+    /// until it is whole and known to be kept).
+    passed: usize,
     /// Payload bytes of the current frame still to come.
     left: usize,
     /// The current frame's type, flags and stream.
     current: Option<(u8, u8, u32)>,
+    /// The current frame is passed on.
+    keep: bool,
     /// A PING's payload, as far as it came.
     ping: Vec<u8>,
 }
 
+impl Default for Parser {
+    fn default() -> Self {
+        Parser {
+            header: Vec::with_capacity(HEADER),
+            passed: 0,
+            left: 0,
+            current: None,
+            keep: true,
+            ping: Vec::new(),
+        }
+    }
+}
+
 impl Parser {
-    /// Feeds `bytes`; `on_frame` sees each frame's (type, flags, stream, PING payload)
-    /// once its header (and, for PING, payload) is complete.
-    fn feed(&mut self, mut bytes: &[u8], mut on_frame: impl FnMut(u8, u8, u32, &[u8])) {
+    /// Feeds `bytes`; `on` sees each frame once its header is complete (its answer:
+    /// whether the frame is passed on) and each PING once its payload is. With
+    /// `out`, what is passed on is appended to it and a header is held until whole;
+    /// without, every byte passes as it came.
+    fn feed(
+        &mut self,
+        mut bytes: &[u8],
+        mut on: impl FnMut(Seen<'_>) -> bool,
+        mut out: Option<&mut Vec<u8>>,
+    ) {
         while !bytes.is_empty() {
             if self.left == 0 && self.current.is_none() {
                 let take = (HEADER - self.header.len()).min(bytes.len());
                 self.header.extend_from_slice(&bytes[..take]);
                 bytes = &bytes[take..];
                 if self.header.len() < HEADER {
+                    if out.is_none() {
+                        self.passed = self.header.len();
+                    }
                     return;
                 }
                 let h = &self.header;
                 let len = (h[0] as usize) << 16 | (h[1] as usize) << 8 | h[2] as usize;
                 let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & MAX_STREAM;
                 let (kind, flags) = (h[3], h[4]);
+                self.keep = on(Seen::Head(kind, flags, stream));
+                if let Some(out) = out.as_deref_mut()
+                    && self.keep
+                {
+                    out.extend_from_slice(&self.header[self.passed..]);
+                }
                 self.header.clear();
+                self.passed = 0;
                 self.left = len;
                 self.current = Some((kind, flags, stream));
-                if kind != PING {
-                    on_frame(kind, flags, stream, &[]);
-                }
             }
             let take = self.left.min(bytes.len());
             if let Some((PING, _, _)) = self.current {
                 self.ping.extend_from_slice(&bytes[..take]);
             }
+            if let Some(out) = out.as_deref_mut()
+                && self.keep
+            {
+                out.extend_from_slice(&bytes[..take]);
+            }
             bytes = &bytes[take..];
             self.left -= take;
             if self.left == 0 {
-                if let Some((PING, flags, stream)) = self.current {
-                    on_frame(PING, flags, stream, &self.ping);
+                if let Some((PING, flags, _)) = self.current {
+                    on(Seen::Ping(flags, &self.ping));
                     self.ping.clear();
                 }
                 self.current = None;
             }
         }
+    }
+
+    /// Header bytes read but not yet passed on.
+    fn held(&self) -> &[u8] {
+        &self.header[self.passed..]
     }
 
     /// Bytes from here to the end of the current frame; 0 at a boundary, and
@@ -89,6 +145,14 @@ impl Parser {
             usize::MAX
         }
     }
+}
+
+/// Whose SETTINGS frame the client's next acknowledgement is for: the client
+/// acknowledges them in the order they were sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sender {
+    Hyper,
+    Snag,
 }
 
 /// One connection's frames as snag sees them, shared with its exchanges.
@@ -111,6 +175,14 @@ pub(super) struct Frames {
     pub(super) goaways: Vec<(u32, u32)>,
     /// snag's PING came back.
     pub(super) ping_acked: bool,
+    /// SETTINGS of snag's queued in `inject`, not yet on their way.
+    settings_queued: usize,
+    /// SETTINGS sent and not yet acknowledged, in order.
+    unacked: VecDeque<Sender>,
+    /// The client acknowledged this many SETTINGS of snag's.
+    pub(super) settings_acked: u64,
+    /// Bytes for hyper that a filtered read produced and hyper has not taken.
+    ready: VecDeque<u8>,
 }
 
 impl Frames {
@@ -131,6 +203,26 @@ impl Frames {
         self.goaways.push((last_stream, code));
     }
 
+    /// Queues a SETTINGS frame that sets MAX_CONCURRENT_STREAMS to `max`.
+    pub(super) fn max_streams(&mut self, max: u32) {
+        self.inject.extend(header(6, SETTINGS, 0, 0));
+        self.inject
+            .extend(SETTINGS_MAX_CONCURRENT_STREAMS.to_be_bytes());
+        self.inject.extend(max.to_be_bytes());
+        self.settings_queued += 1;
+    }
+
+    /// snag has frames waiting to be written.
+    pub(super) fn injecting(&self) -> bool {
+        !self.inject.is_empty()
+    }
+
+    /// Reads must go through [`Frames::read`]'s filter: an acknowledgement of
+    /// snag's SETTINGS may come, or part of a header is held.
+    fn filtering(&self) -> bool {
+        self.unacked.contains(&Sender::Snag) || !self.inbound.held().is_empty()
+    }
+
     /// Queues a PING with snag's payload.
     pub(super) fn ping(&mut self) {
         let mut frame = header(8, PING, 0, 0);
@@ -138,7 +230,15 @@ impl Frames {
         self.inject.extend(frame);
     }
 
-    fn read(&mut self, bytes: &[u8]) {
+    /// Reads the client's `bytes`. `Some`: what hyper gets instead (snag's
+    /// SETTINGS acknowledgements taken out, a header cut by the read held back).
+    fn read(&mut self, bytes: &[u8]) -> Option<Vec<u8>> {
+        let mut out = self.filtering().then(Vec::new);
+        self.read_into(bytes, out.as_mut());
+        out
+    }
+
+    fn read_into(&mut self, bytes: &[u8], out: Option<&mut Vec<u8>>) {
         let mut bytes = bytes;
         if self.h2.is_none() {
             let take = (PREFACE.len() - self.preface_seen).min(bytes.len());
@@ -157,15 +257,39 @@ impl Frames {
             return;
         }
         let (opened, max, acked) = (&mut self.opened, &mut self.max_opened, &mut self.ping_acked);
-        self.inbound.feed(bytes, |kind, flags, stream, payload| {
-            if kind == HEADERS && stream > *max {
+        let (unacked, settings_acked) = (&mut self.unacked, &mut self.settings_acked);
+        let seen = |frame: Seen<'_>| match frame {
+            Seen::Head(HEADERS, _, stream) if stream > *max => {
                 *max = stream;
                 opened.push_back(stream);
+                true
             }
-            if kind == PING && flags & ACK != 0 && payload == PING_PAYLOAD {
-                *acked = true;
+            Seen::Head(SETTINGS, flags, _) if flags & ACK != 0 => {
+                let ours = unacked.pop_front() == Some(Sender::Snag);
+                *settings_acked += u64::from(ours);
+                !ours
             }
-        });
+            Seen::Ping(flags, payload) => {
+                *acked |= flags & ACK != 0 && payload == PING_PAYLOAD;
+                true
+            }
+            _ => true,
+        };
+        self.inbound.feed(bytes, seen, out);
+    }
+
+    /// hyper wrote `bytes`.
+    fn written(&mut self, bytes: &[u8]) {
+        let unacked = &mut self.unacked;
+        let seen = |frame: Seen<'_>| {
+            if let Seen::Head(SETTINGS, flags, _) = frame
+                && flags & ACK == 0
+            {
+                unacked.push_back(Sender::Hyper);
+            }
+            true
+        };
+        self.outbound.feed(bytes, seen, None);
     }
 }
 
@@ -249,8 +373,15 @@ fn write_injected<S: AsyncWrite + Unpin>(
     io: &mut Io<S>,
     cx: &mut Context<'_>,
 ) -> Poll<io::Result<()>> {
-    while frames.h2 == Some(true) && frames.outbound.to_boundary() == 0 && !frames.inject.is_empty()
-    {
+    let boundary = frames.h2 == Some(true) && frames.outbound.to_boundary() == 0;
+    if boundary && frames.settings_queued > 0 {
+        // Everything queued leaves before hyper writes again: the client
+        // acknowledges these SETTINGS after any of hyper's already begun.
+        for _ in 0..std::mem::take(&mut frames.settings_queued) {
+            frames.unacked.push_back(Sender::Snag);
+        }
+    }
+    while boundary && !frames.inject.is_empty() {
         let (front, _) = frames.inject.as_slices();
         let n = std::task::ready!(Pin::new(&mut io.inner).poll_write(cx, front))?;
         if n == 0 {
@@ -265,19 +396,61 @@ fn write_injected<S: AsyncWrite + Unpin>(
 pub(super) struct Shim<S>(Wire<S>);
 
 impl<S: AsyncRead + Unpin> AsyncRead for Shim<S> {
+    /// Never reports the end of the stream before it came: a read that yields
+    /// nothing for hyper (an acknowledgement taken out, a header held) reads again.
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut lock(&self.0.io).inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = polled
-            && buf.filled().len() > before
-        {
-            lock(&self.0.frames).read(&buf.filled()[before..]);
+        loop {
+            let filtering = {
+                let mut frames = lock(&self.0.frames);
+                if !frames.ready.is_empty() {
+                    let n = frames.ready.len().min(buf.remaining());
+                    let (front, back) = frames.ready.as_slices();
+                    let first = front.len().min(n);
+                    buf.put_slice(&front[..first]);
+                    buf.put_slice(&back[..n - first]);
+                    frames.ready.drain(..n);
+                    return Poll::Ready(Ok(()));
+                }
+                frames.filtering()
+            };
+            if !filtering {
+                let before = buf.filled().len();
+                std::task::ready!(Pin::new(&mut lock(&self.0.io).inner).poll_read(cx, buf))?;
+                if buf.filled().len() == before {
+                    return Poll::Ready(Ok(()));
+                }
+                // snag's SETTINGS may have left since the check: then the bytes are
+                // filtered after all.
+                let Some(out) = lock(&self.0.frames).read(&buf.filled()[before..]) else {
+                    return Poll::Ready(Ok(()));
+                };
+                buf.set_filled(before);
+                lock(&self.0.frames).ready.extend(out);
+                continue;
+            }
+            let mut bytes = [0u8; 16 << 10];
+            let mut read = ReadBuf::new(&mut bytes);
+            std::task::ready!(Pin::new(&mut lock(&self.0.io).inner).poll_read(cx, &mut read))?;
+            let mut frames = lock(&self.0.frames);
+            if read.filled().is_empty() {
+                // The end: what was held goes, then the end itself.
+                let held = frames.inbound.held().to_vec();
+                frames.inbound.passed = frames.inbound.header.len();
+                if held.is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+                frames.ready.extend(held);
+                continue;
+            }
+            let out = frames
+                .read(read.filled())
+                .unwrap_or_else(|| read.filled().to_vec());
+            frames.ready.extend(out);
         }
-        polled
     }
 }
 
@@ -308,7 +481,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Shim<S> {
             Poll::Ready(Ok(n)) => {
                 io.hyper_waiting = false;
                 if frames.h2 == Some(true) {
-                    frames.outbound.feed(&buf[..n], |_, _, _, _| {});
+                    frames.written(&buf[..n]);
                 }
                 Poll::Ready(Ok(n))
             }
@@ -368,6 +541,56 @@ mod tests {
         let mut plain = Frames::default();
         plain.read(b"GET / HTTP/1.1\r\n");
         assert_eq!(plain.h2, Some(false));
+    }
+
+    #[test]
+    fn the_clients_ack_of_snags_settings_is_taken_out_however_the_bytes_are_cut() {
+        let hyper_settings = frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 0, 200]);
+        let ack = frame(SETTINGS, ACK, 0, &[]);
+        let mut client = PREFACE.to_vec();
+        client.extend(frame(SETTINGS, 0, 0, &[0; 6]));
+        client.extend(frame(HEADERS, 0x5, 1, &[0x82]));
+        client.extend(&ack); // for hyper's SETTINGS: hyper gets it
+        client.extend(frame(HEADERS, 0x5, 3, &[0x82]));
+        let ours = client.len();
+        client.extend(&ack); // for snag's: taken out
+        client.extend(frame(PING, ACK, 0, &PING_PAYLOAD));
+        client.extend(frame(0x0, 0x1, 3, b"body"));
+        let mut want = client[..ours].to_vec();
+        want.extend(&client[ours + HEADER..]);
+        for cut in [1, 2, 5, 8, 9, 10, 13, 20] {
+            let mut frames = Frames::default();
+            let mut io = Io {
+                inner: Vec::new(),
+                hyper_waiting: false,
+            };
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let (mut got, mut sent) = (Vec::new(), false);
+            for (n, piece) in client.chunks(cut).enumerate() {
+                if n * cut >= PREFACE.len() + 15 && !sent {
+                    sent = true;
+                    // hyper's SETTINGS went first, snag's after the client's first
+                    // HEADERS.
+                    frames.written(&hyper_settings);
+                    frames.max_streams(1);
+                    assert!(write_injected(&mut frames, &mut io, &mut cx).is_ready());
+                }
+                match frames.read(piece) {
+                    Some(out) => got.extend(out),
+                    None => got.extend(piece),
+                }
+            }
+            assert_eq!(got, want, "cut {cut}");
+            assert_eq!(frames.settings_acked, 1, "cut {cut}");
+            assert!(
+                frames.unacked.is_empty() && !frames.filtering(),
+                "cut {cut}"
+            );
+            assert!(frames.ping_acked);
+            let mut settings = header(6, SETTINGS, 0, 0);
+            settings.extend([0, 3, 0, 0, 0, 1]);
+            assert_eq!(io.inner, settings);
+        }
     }
 
     #[tokio::test]

@@ -37,6 +37,8 @@ pub(super) struct H2Conn {
     pub(super) frames: Arc<Mutex<Frames>>,
     state: Mutex<State>,
     changed: Notify,
+    /// snag queued frames of its own for the frame layer.
+    queued: Notify,
     /// Streams forwarded whose responses have not finished.
     processing: AtomicU64,
     /// Which streams, by their number on the connection, have decided whether
@@ -180,6 +182,31 @@ impl H2Conn {
         drop(frames);
         self.changed.notify_waiters();
         last.is_some_and(|last| id > last)
+    }
+
+    /// Fault `fault` lowers MAX_CONCURRENT_STREAMS to `max`: a SETTINGS frame at
+    /// hyper's next frame boundary, or at once if hyper is idle.
+    pub(super) fn max_streams(&self, max: u32, fault: &str, proxy: &Proxy) {
+        lock(&self.frames).max_streams(max);
+        proxy.counters().settings_sent();
+        proxy.event(
+            "settings_sent",
+            serde_json::json!({ "fault": fault, "max_concurrent_streams": max }),
+        );
+        self.queued.notify_waiters();
+    }
+
+    /// Writes snag's queued frames while hyper has nothing to write (a stream whose
+    /// answer is slow to come). Never resolves.
+    pub(super) async fn inject<S: AsyncRead + AsyncWrite + Unpin>(&self, wire: &Wire<S>) {
+        loop {
+            let woken = self.queued.notified();
+            if lock(&self.frames).injecting() && !wire.inject() {
+                tokio::time::sleep(TICK).await;
+                continue;
+            }
+            woken.await;
+        }
     }
 
     /// Resolves when the connection must close: after the GOAWAY (both for a
