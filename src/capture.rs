@@ -12,7 +12,7 @@ use std::{
     borrow::Cow,
     collections::HashMap,
     fs::File,
-    io::{self, BufWriter, Write},
+    io::{self, BufWriter, Read, Write},
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::Mutex,
@@ -121,6 +121,9 @@ pub enum Record {
         /// When.
         at: Duration,
     },
+    /// TLS session keys, lines of the NSS key log format: a decryption secrets
+    /// block, so Wireshark decrypts what follows without a key log file.
+    Secrets(String),
     /// The connection is over; its legs are forgotten.
     Close {
         /// Connection number.
@@ -148,6 +151,10 @@ pub struct Capture {
     tx: Mutex<Option<mpsc::Sender<Record>>>,
     writer: Mutex<Option<std::thread::JoinHandle<io::Result<()>>>>,
 }
+
+/// pcapng's decryption secrets block, and its secrets type for a TLS key log.
+const DECRYPTION_SECRETS: u32 = 0x0000_000A;
+const TLS_KEY_LOG: u32 = 0x544c_534b;
 
 /// Records buffered between the relays and the writer: some milliseconds of traffic.
 const QUEUE: usize = 16_384;
@@ -222,6 +229,11 @@ struct Output {
     writer: PcapNgWriter<BufWriter<File>>,
     written: u64,
     index: u32,
+    path: PathBuf,
+    /// TLS key log lines for this file, written as a decryption secrets block
+    /// ahead of the packets when the file is sealed (Wireshark uses a block's keys
+    /// only on packets after it, and the keys come after the handshake's packets).
+    secrets: String,
 }
 
 fn pcap_err(e: pcap_file::PcapError) -> io::Error {
@@ -249,6 +261,8 @@ impl Output {
             writer,
             written,
             index,
+            path,
+            secrets: String::new(),
         })
     }
 
@@ -317,6 +331,7 @@ impl Output {
                 let frame = legs.get_mut(&(conn, leg)).map(|l| l.rst(from));
                 self.packet_if(frame, at, note.as_deref(), settings)?;
             }
+            Record::Secrets(lines) => self.secrets.push_str(&lines),
             Record::Close { conn } => {
                 legs.remove(&(conn, CLIENT_LEG));
                 legs.remove(&(conn, UPSTREAM_LEG));
@@ -378,14 +393,65 @@ impl Output {
         };
         self.written += self.writer.write_pcapng_block(block).map_err(pcap_err)? as u64;
         if settings.max_bytes.is_some_and(|max| self.written >= max) {
-            self.writer.get_mut().flush()?;
-            *self = Output::open(settings, self.index + 1)?;
+            let next = Output::open(settings, self.index + 1)?;
+            std::mem::replace(self, next).finish()?;
         }
         Ok(())
     }
 
+    /// Flushes the file and, if TLS keys came, puts them in a decryption secrets
+    /// block after the section and interface headers, ahead of every packet: the
+    /// file is copied once.
     fn finish(mut self) -> io::Result<()> {
-        self.writer.get_mut().flush()
+        self.writer.get_mut().flush()?;
+        if self.secrets.is_empty() {
+            return Ok(());
+        }
+        let big = self.writer.section().endianness == pcap_file::Endianness::Big;
+        drop(self.writer);
+        let word = |n: u32| {
+            if big {
+                n.to_be_bytes()
+            } else {
+                n.to_le_bytes()
+            }
+        };
+        let mut original = std::io::BufReader::new(File::open(&self.path)?);
+        // The section header and the interface description: two blocks, each with
+        // its total length at bytes 4..8.
+        let mut head = Vec::new();
+        for _ in 0..2 {
+            let mut start = [0u8; 8];
+            original.read_exact(&mut start)?;
+            let len = if big {
+                u32::from_be_bytes([start[4], start[5], start[6], start[7]])
+            } else {
+                u32::from_le_bytes([start[4], start[5], start[6], start[7]])
+            } as usize;
+            let mut rest = vec![0u8; len.saturating_sub(8)];
+            original.read_exact(&mut rest)?;
+            head.extend(start);
+            head.extend(rest);
+        }
+        let data = self.secrets.as_bytes();
+        let padded = data.len().div_ceil(4) * 4;
+        let total = (8 + 8 + padded + 4) as u32;
+        let mut block = Vec::with_capacity(total as usize);
+        block.extend(word(DECRYPTION_SECRETS));
+        block.extend(word(total));
+        block.extend(word(TLS_KEY_LOG));
+        block.extend(word(data.len() as u32));
+        block.extend(data);
+        block.resize(8 + 8 + padded, 0);
+        block.extend(word(total));
+        let sealed = self.path.with_extension("sealing");
+        let mut out = BufWriter::new(File::create(&sealed)?);
+        out.write_all(&head)?;
+        out.write_all(&block)?;
+        io::copy(&mut original, &mut out)?;
+        out.flush()?;
+        drop(out);
+        std::fs::rename(&sealed, &self.path)
     }
 }
 

@@ -72,6 +72,25 @@ impl RunContext {
             keylog: None,
         }
     }
+
+    /// Where TLS session keys go, as rustls takes it: the key log file, and the
+    /// capture (decryption secrets, so the capture decrypts by itself).
+    pub fn key_log(&self) -> Option<Arc<dyn rustls::KeyLog>> {
+        let mut logs = crate::tls::KeyLogs::new(self.keylog.clone());
+        if let Some(capture) = self.capture.as_ref().and_then(|c| c.sender()) {
+            // Weak: the TLS configurations live as long as their proxy, and must not
+            // keep the capture open after it was closed.
+            let capture = capture.downgrade();
+            logs = logs.also(move |line| {
+                // The queue is full only when the writer falls far behind; then the
+                // capture lacks the keys of this session, as it lacks its packets.
+                if let Some(capture) = capture.upgrade() {
+                    let _ = capture.try_send(crate::capture::Record::Secrets(line.to_string()));
+                }
+            });
+        }
+        logs.into_key_log()
+    }
 }
 
 /// A proxy's state shared by its accept loop, its connections and whoever changes

@@ -182,7 +182,7 @@ fn provider() -> Arc<CryptoProvider> {
 /// A listener's TLS: `identity`, ALPN `h2` then `http/1.1`, keys to `keylog`.
 pub fn server(
     identity: Identity,
-    keylog: Option<Arc<KeyLogFile>>,
+    keylog: Option<Arc<dyn KeyLog>>,
 ) -> Result<Arc<ServerConfig>, Error> {
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -206,7 +206,7 @@ pub fn server(
 pub fn client(
     tls: &UpstreamTls,
     alpn: &[&[u8]],
-    keylog: Option<Arc<KeyLogFile>>,
+    keylog: Option<Arc<dyn KeyLog>>,
 ) -> Result<Arc<ClientConfig>, Error> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -352,7 +352,61 @@ impl KeyLogFile {
     }
 }
 
-impl KeyLog for KeyLogFile {
+impl KeyLogFile {
+    /// Appends one line; one write per line, so lines of concurrent handshakes never
+    /// interleave.
+    fn write_line(&self, line: &str) {
+        if let Ok(mut file) = self.file.lock()
+            && let Err(err) = file.write_all(line.as_bytes())
+        {
+            tracing::warn!(path = %self.path.display(), %err, "could not write a TLS key");
+        }
+    }
+}
+
+/// Somewhere besides the file that takes key log lines (with their newline).
+type KeySink = Box<dyn Fn(&str) + Send + Sync>;
+
+/// Where a run's TLS session keys go: the key log file, and any other sink (the
+/// capture, as decryption secrets).
+#[derive(Default)]
+pub struct KeyLogs {
+    file: Option<Arc<KeyLogFile>>,
+    sinks: Vec<KeySink>,
+}
+
+impl fmt::Debug for KeyLogs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyLogs")
+            .field("file", &self.file)
+            .field("sinks", &self.sinks.len())
+            .finish()
+    }
+}
+
+impl KeyLogs {
+    /// Keys to `file`, if any.
+    pub fn new(file: Option<Arc<KeyLogFile>>) -> KeyLogs {
+        KeyLogs {
+            file,
+            sinks: Vec::new(),
+        }
+    }
+
+    /// Keys also to `sink`, a line (with its newline) at a time.
+    pub fn also(mut self, sink: impl Fn(&str) + Send + Sync + 'static) -> KeyLogs {
+        self.sinks.push(Box::new(sink));
+        self
+    }
+
+    /// As rustls takes it; `None` if the keys go nowhere.
+    pub fn into_key_log(self) -> Option<Arc<dyn KeyLog>> {
+        (self.file.is_some() || !self.sinks.is_empty()).then(|| Arc::new(self) as Arc<dyn KeyLog>)
+    }
+}
+
+impl KeyLog for KeyLogs {
+    /// One line of the NSS key log format.
     fn log(&self, label: &str, client_random: &[u8], secret: &[u8]) {
         let mut line =
             String::with_capacity(label.len() + 2 * (client_random.len() + secret.len()) + 3);
@@ -362,11 +416,11 @@ impl KeyLog for KeyLogFile {
         line.push(' ');
         hex(&mut line, secret);
         line.push('\n');
-        // One write per line, so lines of concurrent handshakes never interleave.
-        if let Ok(mut file) = self.file.lock()
-            && let Err(err) = file.write_all(line.as_bytes())
-        {
-            tracing::warn!(path = %self.path.display(), %err, "could not write a TLS key");
+        if let Some(file) = &self.file {
+            file.write_line(&line);
+        }
+        for sink in &self.sinks {
+            sink(&line);
         }
     }
 }
@@ -489,17 +543,24 @@ mod tests {
     }
 
     #[test]
-    fn the_key_log_is_nss_format_one_line_per_secret() {
+    fn the_key_log_is_nss_format_one_line_per_secret_to_the_file_and_each_sink() {
         let dir = temp("keylog");
         let path = dir.join("keys.log");
         let _ = std::fs::remove_file(&path);
-        let log = KeyLogFile::open(&path).unwrap();
+        let lines = Arc::new(Mutex::new(String::new()));
+        let sink = lines.clone();
+        let log = KeyLogs::new(Some(KeyLogFile::open(&path).unwrap()))
+            .also(move |line| sink.lock().unwrap().push_str(line))
+            .into_key_log()
+            .unwrap();
         log.log("CLIENT_TRAFFIC_SECRET_0", &[0x01, 0xab], &[0xff, 0x00]);
         log.log("SERVER_TRAFFIC_SECRET_0", &[0x01, 0xab], &[0x10]);
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(
-            text,
-            "CLIENT_TRAFFIC_SECRET_0 01ab ff00\nSERVER_TRAFFIC_SECRET_0 01ab 10\n"
+        let want = "CLIENT_TRAFFIC_SECRET_0 01ab ff00\nSERVER_TRAFFIC_SECRET_0 01ab 10\n";
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), want);
+        assert_eq!(*lines.lock().unwrap(), want);
+        assert!(
+            KeyLogs::new(None).into_key_log().is_none(),
+            "keys to nowhere"
         );
     }
 }

@@ -120,9 +120,9 @@ async fn a_generated_certificate_serves_h2_and_http11_by_alpn_and_curl_checks_it
 }
 
 /// A second snag with TLS to the first: the upstream leg is HTTP/2 over TLS, and
-/// the capture of it decrypts with the written keys.
+/// the capture of it decrypts with the keys it carries, or with the key log.
 #[tokio::test]
-async fn h2_over_tls_to_the_upstream_is_captured_and_decrypts_with_the_key_log() {
+async fn h2_over_tls_to_the_upstream_is_captured_and_decrypts_by_itself_or_with_the_key_log() {
     within(30, async {
         let dir = scratch("h2");
         let ca = dir.join("ca.pem");
@@ -181,43 +181,43 @@ async fn h2_over_tls_to_the_upstream_is_captured_and_decrypts_with_the_key_log()
         let keylog = std::fs::read_to_string(&keys).unwrap();
         assert!(keylog.contains("CLIENT_TRAFFIC_SECRET_0 "), "{keylog}");
 
-        // tshark, with the keys, reads HTTP/2 HEADERS on the leg to the front proxy:
-        // three requests with :path /x.
-        let out = std::process::Command::new("tshark")
-            .arg("-r")
+        // tshark reads HTTP/2 HEADERS on the leg to the front proxy, three requests
+        // with :path /x: from the capture alone (it carries the keys as decryption
+        // secrets blocks), and from the capture stripped of them with the key log.
+        let paths = |pcap: &Path, keylog: Option<&Path>| {
+            let mut tshark = std::process::Command::new("tshark");
+            tshark.arg("-r").arg(pcap);
+            if let Some(keys) = keylog {
+                tshark.args(["-o", &format!("tls.keylog_file:{}", keys.display())]);
+            }
+            let out = tshark
+                .args(["-d", &format!("tcp.port=={},tls", front_addr.port())])
+                .args(["-Y", "http2", "-T", "fields", "-e", "http2.headers.path"])
+                .output()
+                .expect("tshark is installed (scripts/install-deps.sh)");
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| l.trim().to_string())
+                .collect::<Vec<_>>()
+        };
+        let x = vec!["/x".to_string(); 3];
+        assert_eq!(paths(&pcap, None), x, "the capture decrypts by itself");
+        let stripped = dir.join("stripped.pcapng");
+        let out = std::process::Command::new("editcap")
+            .arg("--discard-all-secrets")
             .arg(&pcap)
-            .args(["-o", &format!("tls.keylog_file:{}", keys.display())])
-            .args(["-d", &format!("tcp.port=={},tls", front_addr.port())])
-            .args([
-                "-Y",
-                "http2.headers.path",
-                "-T",
-                "fields",
-                "-e",
-                "http2.headers.path",
-            ])
+            .arg(&stripped)
             .output()
-            .expect("tshark is installed (scripts/install-deps.sh)");
-        let paths = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            paths.lines().filter(|l| l.trim() == "/x").count(),
-            3,
-            "tshark: {paths} {}",
+            .expect("editcap is installed with tshark");
+        assert!(
+            out.status.success(),
+            "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        // Without the keys it sees only TLS.
-        let out = std::process::Command::new("tshark")
-            .arg("-r")
-            .arg(&pcap)
-            .args(["-d", &format!("tcp.port=={},tls", front_addr.port())])
-            .args(["-Y", "http2"])
-            .output()
-            .unwrap();
-        assert!(
-            out.stdout.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        assert_eq!(paths(&stripped, Some(&keys)), x, "the key log decrypts it");
+        // Without either it is TLS only.
+        assert!(paths(&stripped, None).is_empty());
     })
     .await;
 }

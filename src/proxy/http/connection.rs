@@ -50,8 +50,8 @@ impl Legs {
         let acceptor = match &config.tls {
             Some(listen) => {
                 let identity = tls::Identity::of(listen).map_err(|e| format!("TLS: {e}"))?;
-                let server = tls::server(identity, context.keylog.clone())
-                    .map_err(|e| format!("TLS: {e}"))?;
+                let server =
+                    tls::server(identity, context.key_log()).map_err(|e| format!("TLS: {e}"))?;
                 Some(TlsAcceptor::from(server))
             }
             None => None,

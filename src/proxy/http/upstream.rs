@@ -84,7 +84,7 @@ impl Upstreams {
                     UpstreamProtocol::Auto => &[tls::H2, tls::HTTP11],
                     UpstreamProtocol::H1 | UpstreamProtocol::H2c => &[tls::HTTP11],
                 };
-                Some(tls::client(settings, alpn, context.keylog.clone())?)
+                Some(tls::client(settings, alpn, context.key_log())?)
             }
             None => None,
         };
