@@ -423,10 +423,11 @@ impl Output {
         for _ in 0..2 {
             let mut start = [0u8; 8];
             original.read_exact(&mut start)?;
+            let len = [start[4], start[5], start[6], start[7]];
             let len = if big {
-                u32::from_be_bytes([start[4], start[5], start[6], start[7]])
+                u32::from_be_bytes(len)
             } else {
-                u32::from_le_bytes([start[4], start[5], start[6], start[7]])
+                u32::from_le_bytes(len)
             } as usize;
             let mut rest = vec![0u8; len.saturating_sub(8)];
             original.read_exact(&mut rest)?;

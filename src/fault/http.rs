@@ -201,6 +201,20 @@ fn build<T: HttpFault + DeserializeOwned + 'static>(
     Ok(Arc::new(super::attrs::<T>(attributes)?))
 }
 
+/// An HTTP/2 connection fault's `after_streams`: it counts streams from 1.
+fn check_after_streams(after_streams: u64) -> Result<(), String> {
+    if after_streams == 0 {
+        return Err("after_streams must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// The exchange is the Nth stream of an HTTP/2 connection: where the connection
+/// faults act, once per connection.
+fn nth_http2_stream(cx: &Exchange, n: u64) -> bool {
+    cx.h2 && cx.on_conn == n
+}
+
 /// Attributes as JSON, for [`HttpFault::attributes`].
 fn json(attributes: &impl Serialize) -> serde_json::Value {
     serde_json::to_value(attributes).expect("attribute structs of plain values always serialise")

@@ -86,16 +86,13 @@ impl HttpFault for Goaway {
     }
 
     fn validate(&self) -> Result<(), String> {
-        if self.after_streams == 0 {
-            return Err("after_streams must be at least 1".into());
-        }
-        Ok(())
+        super::check_after_streams(self.after_streams)
     }
 
     /// On the connection's Nth stream; HTTP/1.1 passes (`keepalive_close` is its
     /// counterpart).
     fn request(&self, _req: &request::Parts, cx: &mut Exchange) -> Option<Reply> {
-        (cx.h2 && cx.on_conn == self.after_streams).then(|| {
+        super::nth_http2_stream(cx, self.after_streams).then(|| {
             Reply::Goaway(GoawayPlan {
                 last_stream: self.last_stream,
                 error_code: self.error_code,

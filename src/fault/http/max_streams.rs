@@ -37,16 +37,13 @@ impl HttpFault for MaxStreams {
     }
 
     fn validate(&self) -> Result<(), String> {
-        if self.after_streams == 0 {
-            return Err("after_streams must be at least 1".into());
-        }
-        Ok(())
+        super::check_after_streams(self.after_streams)
     }
 
     /// On the connection's Nth stream, which goes on as it would; HTTP/1.1 has no
     /// streams to limit and passes.
     fn request(&self, _req: &request::Parts, cx: &mut Exchange) -> Option<Reply> {
-        if cx.h2 && cx.on_conn == self.after_streams {
+        if super::nth_http2_stream(cx, self.after_streams) {
             cx.max_streams = Some(self.value);
         }
         None
