@@ -71,6 +71,7 @@ struct Ids {
     untracked: u64,
     instances: BTreeMap<String, u64>,
     disagreements: u64,
+    hits: BTreeMap<String, u64>,
 }
 
 /// How many recent probes the stats keep; the event log has every one.
@@ -135,6 +136,10 @@ pub struct Stats {
     pub streams_unprocessed: u64,
     /// HTTP/2 SETTINGS frames a `max_streams` fault sent mid-connection.
     pub settings_sent: u64,
+    /// By fault name: the connections (TCP faults; `goaway`, `max_streams`) or
+    /// requests (other HTTP faults) each fault actually acted on — a toxicity draw
+    /// that said no, or a `latency=0`, hits nothing.
+    pub fault_hits: BTreeMap<String, u64>,
     /// Transaction ids seen more than once, with how many times.
     pub duplicates: BTreeMap<String, u64>,
     /// Transaction ids not tracked because the table was full.
@@ -157,6 +162,7 @@ impl Default for Ids {
             untracked: 0,
             instances: BTreeMap::new(),
             disagreements: 0,
+            hits: BTreeMap::new(),
         }
     }
 }
@@ -256,6 +262,21 @@ impl Counters {
     /// A GOAWAY declared a stream unprocessed.
     pub fn stream_unprocessed(&self) {
         self.streams_unprocessed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Fault `name` acted on a connection (TCP faults, and HTTP/2 connection faults)
+    /// or an exchange (HTTP faults) for the first time.
+    pub fn fault_hit(&self, name: &str) {
+        let mut ids = self
+            .ids
+            .lock()
+            .expect("no code panics holding the ids lock");
+        match ids.hits.get_mut(name) {
+            Some(n) => *n += 1,
+            None => {
+                ids.hits.insert(name.to_string(), 1);
+            }
+        }
     }
 
     /// A request carried transaction id `id`.
@@ -375,6 +396,7 @@ impl Counters {
                 .filter(|(_, n)| **n > 1)
                 .map(|(id, n)| (id.clone(), *n))
                 .collect(),
+            fault_hits: ids.hits.clone(),
             ids_untracked: ids.untracked,
             instances: ids.instances.clone(),
             instance_disagreements: ids.disagreements,

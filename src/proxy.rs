@@ -111,7 +111,7 @@ pub struct Proxy {
     conns: Mutex<HashMap<u64, Arc<Control>>>,
     /// Bytes of closed connections: received up, received down, sent up, sent down.
     traffic: [AtomicU64; 4],
-    counters: Counters,
+    counters: Arc<Counters>,
     /// The drain under way, and when it began.
     drain: watch::Sender<Option<(Drain, tokio::time::Instant)>>,
     /// HTTP mode's TLS and upstream clients; `None` in TCP mode.
@@ -183,7 +183,7 @@ impl Proxy {
             next_request: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
             traffic: Default::default(),
-            counters: Counters::default(),
+            counters: Arc::default(),
             drain: watch::Sender::new(None),
             http,
             unready: watch::Sender::new(None),

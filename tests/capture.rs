@@ -66,6 +66,48 @@ fn segments(path: &Path) -> Vec<Segment> {
 }
 
 /// A scratch folder for one test, and a capture (all of every frame) in it.
+/// What tshark prints for `args` over the capture at `path`; it must not complain.
+fn tshark(path: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("tshark is installed (scripts/install-deps.sh)");
+    let stderr = String::from_utf8_lossy(&out.stderr).replace(
+        "Running as user \"root\" and group \"root\". This could be dangerous.",
+        "",
+    );
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "tshark {args:?}: {stderr}"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Each commented frame's source port and comment, as tshark reads them.
+fn tshark_comments(path: &Path) -> Vec<(u16, String)> {
+    tshark(
+        path,
+        &[
+            "-Y",
+            "frame.comment",
+            "-T",
+            "fields",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "frame.comment",
+        ],
+    )
+    .lines()
+    .filter_map(|l| {
+        let (port, comment) = l.split_once('\t')?;
+        Some((port.parse().ok()?, comment.to_string()))
+    })
+    .collect()
+}
+
 fn capture_in(test: &str, file: &str) -> (std::path::PathBuf, std::path::PathBuf, Arc<Capture>) {
     let dir = std::env::temp_dir().join(format!("snag-test-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -174,23 +216,7 @@ async fn both_legs_reassemble_to_the_bytes_relayed_and_resets_are_annotated() {
 
         // tshark reads it without a complaint, sees four conversations (two legs of two
         // connections), the comments, and the same bytes when it follows the stream.
-        let run = |args: &[&str]| {
-            let out = std::process::Command::new("tshark")
-                .arg("-r")
-                .arg(&path)
-                .args(args)
-                .output()
-                .expect("tshark is installed (scripts/install-deps.sh)");
-            let stderr = String::from_utf8_lossy(&out.stderr).replace(
-                "Running as user \"root\" and group \"root\". This could be dangerous.",
-                "",
-            );
-            assert!(
-                out.status.success() && stderr.trim().is_empty(),
-                "tshark {args:?}: {stderr}"
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
+        let run = |args: &[&str]| tshark(&path, args);
         let conv = run(&["-q", "-z", "conv,tcp"]);
         assert_eq!(
             conv.lines().filter(|l| l.contains("<->")).count(),
@@ -429,6 +455,132 @@ async fn http_mode_captures_client_legs_and_pooled_upstream_legs() {
             "{:?}",
             reset.comment
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_tcp_frame_names_only_the_faults_that_acted_on_it() {
+    within(30, async {
+        let (dir, path, capture) = capture_in("capture-acted", "acted.pcapng");
+        let mut context = RunContext::new(1);
+        context.capture = Some(capture.clone());
+        let upstream = echo_server().await;
+        // Both on the way back: latency=0 changes nothing, limit_data cuts at 8 bytes.
+        let proxy = Proxy::new(
+            common::config(
+                "acted",
+                upstream,
+                &["latency:latency=0", "limit_data:bytes=8"],
+            ),
+            context,
+        )
+        .unwrap();
+        let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Shutdown::new();
+        let task = tokio::spawn(proxy::serve(listener, proxy.clone(), stop.clone()));
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"hello").await.unwrap();
+        let mut five = [0; 5];
+        c.read_exact(&mut five).await.unwrap();
+        c.write_all(b"0123456789").await.unwrap();
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"012", "limit_data let 8 bytes through in all");
+        stop.trigger();
+        task.await.unwrap().unwrap();
+        capture.close().unwrap();
+
+        // Seen by tshark: the untouched echo carries no comment; the cut piece and the
+        // FIN after it name limit_data alone.
+        let comments = tshark_comments(&path);
+        let from_snag: Vec<&String> = comments
+            .iter()
+            .filter(|(port, _)| *port == addr.port())
+            .map(|(_, c)| c)
+            .collect();
+        assert!(!from_snag.is_empty(), "{comments:?}");
+        assert!(
+            from_snag
+                .iter()
+                .all(|c| *c == "snag: limit_data_downstream"),
+            "{comments:?}"
+        );
+        let segs = segments(&path);
+        let hello = segs
+            .iter()
+            .find(|s| s.src == addr && s.payload == b"hello")
+            .expect("the echo of hello");
+        assert_eq!(hello.comment, None);
+        let hits = &proxy.counters().snapshot().fault_hits;
+        assert_eq!(
+            hits.iter().collect::<Vec<_>>(),
+            [(&"limit_data_downstream".to_string(), &1)]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn http_faults_name_the_packets_they_touched_and_count_what_they_hit() {
+    within(30, async {
+        let (dir, path, capture) = capture_in("capture-http-hits", "hits.pcapng");
+        let (backend, _) = common::http_backend("a body of some length").await;
+        let mut context = RunContext::new(1);
+        context.capture = Some(capture.clone());
+        let mut config = common::config(
+            "web",
+            backend,
+            &[
+                "http_delay:delay=0",
+                "bad_body:mode=truncate,bytes=6,scope=data",
+                "http_status:status=503,scope=probe",
+            ],
+        );
+        config.mode = snag::proxy::Mode::Http;
+        let proxy = Proxy::new(config, context).unwrap();
+        let listener = proxy::socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Shutdown::new();
+        let task = tokio::spawn(proxy::serve(listener, proxy.clone(), stop.clone()));
+        for _ in 0..2 {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET /orders HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut got = Vec::new();
+            c.read_to_end(&mut got).await.unwrap();
+            assert!(
+                got.ends_with(b"\r\n\r\na body"),
+                "{}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+        assert_eq!(
+            common::http(addr, "GET", "/healthz", "", &[]).await.status,
+            503
+        );
+        stop.trigger();
+        task.await.unwrap().unwrap();
+        capture.close().unwrap();
+
+        let comments = tshark_comments(&path);
+        let from_snag = |name: &str| {
+            comments
+                .iter()
+                .filter(|(port, c)| *port == addr.port() && c.contains(name))
+                .count()
+        };
+        assert_eq!(from_snag("bad_body_downstream"), 2, "{comments:?}");
+        assert_eq!(from_snag("http_status_downstream"), 1, "{comments:?}");
+        assert_eq!(from_snag("http_delay"), 0, "{comments:?}");
+        let hits = proxy.counters().snapshot().fault_hits;
+        assert_eq!(hits.get("bad_body_downstream"), Some(&2), "{hits:?}");
+        assert_eq!(hits.get("http_status_downstream"), Some(&1), "{hits:?}");
+        assert_eq!(hits.get("http_delay_downstream"), None, "{hits:?}");
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await;

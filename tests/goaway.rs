@@ -65,6 +65,13 @@ async fn current_lets_the_nth_stream_in_and_declares_the_later_ones_unprocessed(
         );
         let stats = snag.counters().snapshot();
         assert_eq!((stats.goaways, stats.streams_unprocessed), (1, 2));
+        // It hit one connection: streams 7 and 9 found its GOAWAY under way.
+        assert_eq!(
+            stats.fault_hits.get("goaway_downstream"),
+            Some(&1),
+            "{:?}",
+            stats.fault_hits
+        );
     })
     .await;
 }

@@ -215,9 +215,16 @@ async fn refused_stream_resets_http2_streams_with_refused_stream_before_the_upst
             "nothing reached the upstream"
         );
         assert_eq!(snag.counters().snapshot().streams_refused, 2);
-        // HTTP/1.1 has no stream to refuse: it passes.
+        // HTTP/1.1 has no stream to refuse: it passes, and is not counted as hit.
         let h1 = curl(&format!("http://{proxy}/"), &[]).await;
         assert_eq!((h1.status, h1.body.as_slice()), (200, b"hello".as_slice()));
+        assert_eq!(
+            snag.counters()
+                .snapshot()
+                .fault_hits
+                .get("refused_stream_downstream"),
+            Some(&2)
+        );
     })
     .await;
 }

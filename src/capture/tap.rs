@@ -23,6 +23,40 @@ pub struct Tapped<S> {
     leg: usize,
     /// Which side of the leg snag is.
     us: Peer,
+    /// Comments for the next bytes written.
+    notes: Option<std::sync::Arc<Notes>>,
+}
+
+/// Comments waiting for the next bytes a tapped stream writes. HTTP mode adds the
+/// name of a fault when it acts, so the packet that carries the fault's effect (an
+/// answer in the backend's place, a held head, a cut body, a GOAWAY) says so.
+#[derive(Debug, Default)]
+pub struct Notes(std::sync::Mutex<Vec<String>>);
+
+impl Notes {
+    /// `note` goes on the next bytes written.
+    pub fn add(&self, note: String) {
+        let mut notes = self
+            .0
+            .lock()
+            .expect("no code panics holding the notes lock");
+        if !notes.contains(&note) {
+            notes.push(note);
+        }
+    }
+
+    /// What is waiting, joined, if anything.
+    fn take(&self) -> Option<String> {
+        let mut notes = self
+            .0
+            .lock()
+            .expect("no code panics holding the notes lock");
+        (!notes.is_empty()).then(|| {
+            let joined = notes.join("; ");
+            notes.clear();
+            joined
+        })
+    }
 }
 
 impl<S> Tapped<S> {
@@ -41,7 +75,14 @@ impl<S> Tapped<S> {
             conn,
             leg,
             us,
+            notes: None,
         }
+    }
+
+    /// With `notes` put on the bytes it writes next.
+    pub fn with_notes(mut self, notes: std::sync::Arc<Notes>) -> Tapped<S> {
+        self.notes = Some(notes);
+        self
     }
 
     /// `inner` as it is, recording nothing.
@@ -52,6 +93,7 @@ impl<S> Tapped<S> {
             conn: 0,
             leg: 0,
             us: Peer::Initiator,
+            notes: None,
         }
     }
 
@@ -130,7 +172,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tapped<S> {
         let open = ready!(self.room(cx));
         let n = ready!(Pin::new(&mut self.inner).poll_write(cx, buf))?;
         if open && n > 0 {
-            let record = self.data(self.us, &buf[..n]);
+            let mut record = self.data(self.us, &buf[..n]);
+            if let (Record::Data { note, .. }, Some(notes)) = (&mut record, &self.notes) {
+                *note = notes.take();
+            }
             self.record(record);
         }
         Poll::Ready(Ok(n))

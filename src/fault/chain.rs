@@ -31,11 +31,76 @@ pub struct ConnId<'a> {
     pub class: Scope,
 }
 
+/// A step out of the chain, and the faults that acted on it on its way through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged {
+    /// What the relay is to do.
+    pub step: Step,
+    /// The faults that changed it (its time, its bytes, or whether it happens at
+    /// all); `None` if every stage passed it on as it came.
+    pub by: Option<Arc<ActedBy>>,
+}
+
+/// The names of the faults that acted on a step, in chain order.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ActedBy {
+    /// Fault names.
+    pub names: Vec<String>,
+}
+
+impl ActedBy {
+    /// The capture comment for a packet these faults acted on.
+    pub fn note(&self) -> String {
+        format!("snag: {}", self.names.join(", "))
+    }
+}
+
+/// What a stage was handed, to tell whether it gave back the same: the same bytes
+/// (not a copy) at the same instant, the same FIN or reset at the same instant.
+enum Handed {
+    Bytes(*const u8, usize, Instant),
+    Fin(Instant),
+    Reset(Instant),
+}
+
+impl Handed {
+    fn of(step: &Step) -> Handed {
+        match step {
+            Step::Send(c) => Handed::Bytes(c.data.as_ptr(), c.data.len(), c.due),
+            Step::Finish { at } => Handed::Fin(*at),
+            Step::Reset { at } => Handed::Reset(*at),
+        }
+    }
+
+    fn is(&self, step: &Step) -> bool {
+        match (self, step) {
+            (Handed::Bytes(ptr, len, due), Step::Send(c)) => {
+                c.due == *due && c.data.as_ptr() == *ptr && c.data.len() == *len
+            }
+            (Handed::Fin(at), Step::Finish { at: a })
+            | (Handed::Reset(at), Step::Reset { at: a }) => a == at,
+            _ => false,
+        }
+    }
+}
+
+/// Which slots acted on a step, one bit per slot; slots past the 64th are not told.
+type Mask = u64;
+
+fn bit(slot: usize) -> Mask {
+    1u64.checked_shl(slot as u32).unwrap_or(0)
+}
+
 /// The stages of one direction of one connection, in the order the faults were added.
 #[derive(Debug, Default)]
 pub struct Chain {
     slots: Vec<Slot>,
-    scratch: Vec<Step>,
+    scratch: Vec<(Step, Mask)>,
+    /// What one stage gave back for one step.
+    given: Vec<Step>,
+    /// The names each mask stood for since the last sync: a step stream mostly
+    /// repeats one set, so each set is built once.
+    named: Vec<(Mask, Arc<ActedBy>)>,
 }
 
 impl Chain {
@@ -62,8 +127,9 @@ impl Chain {
         dir: Direction,
         id: ConnId<'_>,
         now: Instant,
-        out: &mut Vec<Step>,
+        out: &mut Vec<Staged>,
     ) {
+        self.named.clear();
         let mut old = std::mem::take(&mut self.slots);
         // A single listener carries probes too, but a layer-4 probe sends no bytes for
         // a stage to act on: stages there act as on data.
@@ -101,38 +167,65 @@ impl Chain {
             if let Some(stage) = &mut self.slots[index].stage {
                 stage.start(now, &mut started);
             }
+            let started = started.into_iter().map(|s| (s, bit(index))).collect();
             self.run(index + 1, started, out);
         }
     }
 
     /// Passes a chunk read from the source through every stage.
-    pub fn chunk(&mut self, chunk: Chunk, out: &mut Vec<Step>) {
-        self.run(0, vec![Step::Send(chunk)], out);
+    pub fn chunk(&mut self, chunk: Chunk, out: &mut Vec<Staged>) {
+        self.run(0, vec![(Step::Send(chunk), 0)], out);
     }
 
     /// Passes the source's FIN through every stage.
-    pub fn eof(&mut self, at: Instant, out: &mut Vec<Step>) {
-        self.run(0, vec![Step::Finish { at }], out);
+    pub fn eof(&mut self, at: Instant, out: &mut Vec<Staged>) {
+        self.run(0, vec![(Step::Finish { at }, 0)], out);
     }
 
     /// Runs `steps` through the stages from `from` on and appends the result to `out`.
-    fn run(&mut self, from: usize, mut steps: Vec<Step>, out: &mut Vec<Step>) {
+    fn run(&mut self, from: usize, mut steps: Vec<(Step, Mask)>, out: &mut Vec<Staged>) {
         let mut next = std::mem::take(&mut self.scratch);
+        let mut given = std::mem::take(&mut self.given);
         let from = from.min(self.slots.len());
-        for slot in &mut self.slots[from..] {
+        for (index, slot) in self.slots.iter_mut().enumerate().skip(from) {
             let Some(stage) = &mut slot.stage else {
                 continue;
             };
-            for step in steps.drain(..) {
+            for (step, mask) in steps.drain(..) {
+                let handed = Handed::of(&step);
                 match step {
-                    Step::Send(chunk) => stage.chunk(chunk, &mut next),
-                    Step::Finish { at } => stage.eof(at, &mut next),
-                    reset @ Step::Reset { .. } => next.push(reset),
+                    Step::Send(chunk) => stage.chunk(chunk, &mut given),
+                    Step::Finish { at } => stage.eof(at, &mut given),
+                    reset @ Step::Reset { .. } => given.push(reset),
                 }
+                let acted = !(given.len() == 1 && handed.is(&given[0]));
+                let mask = mask | if acted { bit(index) } else { 0 };
+                next.extend(given.drain(..).map(|s| (s, mask)));
             }
             std::mem::swap(&mut steps, &mut next);
         }
-        out.append(&mut steps);
+        for (step, mask) in steps.drain(..) {
+            let by = (mask != 0).then(|| self.acted_by(mask));
+            out.push(Staged { step, by });
+        }
         self.scratch = next;
+        self.given = given;
+    }
+
+    /// The names `mask` stands for, built once per mask between syncs.
+    fn acted_by(&mut self, mask: Mask) -> Arc<ActedBy> {
+        if let Some((_, by)) = self.named.iter().find(|(m, _)| *m == mask) {
+            return by.clone();
+        }
+        let names = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & bit(*i) != 0)
+            .map(|(_, s)| s.fault.name.clone())
+            .collect();
+        let by = Arc::new(ActedBy { names });
+        self.named.push((mask, by.clone()));
+        by
     }
 }

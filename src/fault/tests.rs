@@ -125,14 +125,38 @@ fn chain_composes_in_order_and_keeps_unchanged_stages() {
     );
     chain.chunk(chunk_at(t0, b"cd"), &mut out);
     let at = t0 + std::time::Duration::from_millis(10);
+    let steps: Vec<Step> = out.iter().map(|s| s.step.clone()).collect();
     assert_eq!(
-        out,
+        steps,
         [
             Step::Send(chunk_at(at, b"ab")),
             Step::Send(chunk_at(at, b"c")),
             Step::Finish { at }
         ]
     );
+    // Each step names the faults that acted on it: latency delayed all three;
+    // limit_data let "ab" through whole, cut "cd" and added the FIN.
+    let by: Vec<Vec<String>> = out
+        .iter()
+        .map(|s| s.by.as_ref().map_or(Vec::new(), |b| b.names.clone()))
+        .collect();
+    assert_eq!(
+        by,
+        [
+            vec![lat.name.clone()],
+            vec![lat.name.clone(), limit.name.clone()],
+            vec![lat.name.clone(), limit.name.clone()],
+        ]
+    );
+    // latency=0 passes every chunk as it came: it acts on nothing.
+    let zero: Arc<Fault> = Arc::new("latency:latency=0".parse().unwrap());
+    let mut idle = Chain::default();
+    let mut passed = Vec::new();
+    idle.sync(&[zero], Direction::Downstream, id, t0, &mut passed);
+    idle.chunk(chunk_at(t0, b"ab"), &mut passed);
+    idle.eof(t0, &mut passed);
+    assert_eq!(passed.len(), 2);
+    assert!(passed.iter().all(|s| s.by.is_none()), "{passed:?}");
     // An upstream-only list leaves this direction empty.
     chain.sync(&[], Direction::Downstream, id, t0, &mut out);
     assert!(chain.is_empty());

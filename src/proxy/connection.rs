@@ -62,7 +62,10 @@ pub(super) async fn handle(
         &control,
         id,
         context.on_upstream_error,
-        context.capture.as_ref().and_then(|c| c.sender()),
+        relay::Evidence {
+            tap: context.capture.as_ref().and_then(|c| c.sender()),
+            counters: Some(proxy.counters.clone()),
+        },
     )
     .await;
     proxy.unregister(conn);

@@ -8,6 +8,7 @@ mod body;
 mod connection;
 mod frames;
 mod goaway;
+mod hits;
 mod keepalive;
 mod upstream;
 
@@ -23,7 +24,12 @@ use hyper::{
 use tracing::debug;
 
 pub use self::connection::{Legs, handle};
-use self::{body::Faulted, connection::Conn, upstream::Route};
+use self::{
+    body::Faulted,
+    connection::Conn,
+    hits::{Hits, Seen},
+    upstream::Route,
+};
 use crate::{
     events::Class,
     fault::{
@@ -196,11 +202,18 @@ async fn respond(
         ));
     }
     let (head, body) = req.into_parts();
+    let mut hits = Hits::new(proxy.clone(), conn.notes.clone(), cx.stream);
     for fault in &faults {
         let Some(hooks) = fault.kind.http() else {
             continue;
         };
-        match hooks.request(&head, &mut cx) {
+        let reply = hooks.request(&head, &mut cx);
+        // A goaway acts only if none is under way on its connection: told below.
+        if (reply.is_some() && !matches!(reply, Some(Reply::Goaway(_)))) || cx.max_streams.is_some()
+        {
+            hits.acted(fault);
+        }
+        match reply {
             None => {
                 if let Some(max) = cx.max_streams.take() {
                     conn.h2conn.max_streams(max, &fault.name, proxy);
@@ -211,11 +224,16 @@ async fn respond(
                 let trailers = std::future::ready(Some(Ok(trailers)));
                 return Ok(answer.map(|bytes| full(bytes).with_trailers(trailers).boxed()));
             }
-            Some(Reply::Goaway(plan)) if conn.h2conn.start(plan, cx.stream, &fault.name, proxy) => {
-                drop((body, turn));
-                return unprocessed(conn, cx.stream).await;
+            Some(Reply::Goaway(plan)) => {
+                // Streams take their turns in order: nothing plans between the two.
+                if !conn.h2conn.planned() {
+                    hits.acted(fault);
+                }
+                if conn.h2conn.start(plan, cx.stream, &fault.name, proxy) {
+                    drop((body, turn));
+                    return unprocessed(conn, cx.stream).await;
+                }
             }
-            Some(Reply::Goaway(_)) => {}
             Some(Reply::Refuse) => {
                 drop(body);
                 proxy.counters().stream_refused();
@@ -302,8 +320,15 @@ async fn respond(
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
         body = full(bytes);
     }
-    for hook in hooks() {
+    for fault in &faults {
+        let Some(hook) = fault.kind.http() else {
+            continue;
+        };
+        let before = Seen::of(&parts, &cx);
         hook.response(&mut parts, &mut cx);
+        if Seen::of(&parts, &cx) != before {
+            hits.acted(fault);
+        }
     }
     if let Some(idle) = cx.close_if_idle {
         conn.keepalive.arm(idle);
@@ -311,7 +336,7 @@ async fn respond(
     if !cx.hold_head.is_zero() {
         tokio::time::sleep(cx.hold_head).await;
     }
-    let faulted = Faulted::new(body, faults, cx, whole, conn, h2).with_trailers(trailers);
+    let faulted = Faulted::new(body, faults, cx, whole, conn, h2, hits).with_trailers(trailers);
     let tracked = goaway::Tracked {
         inner: faulted.boxed(),
         _processing: Some(processing),

@@ -24,8 +24,20 @@ pub use self::{
 };
 use crate::{
     capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tcp::Peer},
+    events::Counters,
     fault::{ConnId, Direction, Fault},
 };
+
+/// Where a relay reports what it sees besides its [`Outcome`].
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    /// The capture, if one is on: every packet, with a comment naming the faults
+    /// that acted on it.
+    pub tap: Option<mpsc::Sender<Record>>,
+    /// The proxy's counters: a fault counts a connection as hit the first time it
+    /// acts on it.
+    pub counters: Option<Arc<Counters>>,
+}
 
 /// The proxy's live fault list, as the relay watches it.
 pub type Faults = watch::Receiver<Arc<Vec<Arc<Fault>>>>;
@@ -96,6 +108,9 @@ pub struct Outcome {
     pub received_down: u64,
     /// Faults that applied to it at any time, in order.
     pub applied: Vec<String>,
+    /// Faults that acted on it (delayed, split, cut, held or dropped something,
+    /// closed or reset it), in the order they first did.
+    pub hit: Vec<String>,
     /// Whether snag reset it because a fault said so.
     pub fault_reset: bool,
 }
@@ -135,8 +150,9 @@ pub async fn run<C: Stream, U: Stream>(
     control: &Control,
     id: ConnId<'_>,
     policy: OnUpstreamError,
-    tap: Option<mpsc::Sender<Record>>,
+    evidence: Evidence,
 ) -> Outcome {
+    let tap = evidence.tap.clone();
     if let Some(tx) = &tap
         && let (Some((c, l)), Some((p, u))) = (client.ends(), upstream.ends())
     {
@@ -152,7 +168,8 @@ pub async fn run<C: Stream, U: Stream>(
                 .await;
         }
     }
-    let mut applied = Vec::new();
+    let (mut applied, mut hit) = (Vec::new(), Vec::new());
+    let mut reset_by;
     let (up, down) = {
         let (client_r, client_w) = client.halves();
         let (upstream_r, upstream_w) = upstream.halves();
@@ -163,7 +180,7 @@ pub async fn run<C: Stream, U: Stream>(
             faults.clone(),
             control,
             id,
-            tap.clone(),
+            &evidence,
         );
         let mut down = Flow::new(
             Direction::Downstream,
@@ -172,15 +189,23 @@ pub async fn run<C: Stream, U: Stream>(
             faults.clone(),
             control,
             id,
-            tap.clone(),
+            &evidence,
         );
         let (a, b) = tokio::join!(up.run(), down.run());
-        applied.extend(up.applied);
-        for name in down.applied {
-            if !applied.contains(&name) {
-                applied.push(name);
+        for names in [&mut up.applied, &mut down.applied] {
+            for name in names.drain(..) {
+                if !applied.contains(&name) {
+                    applied.push(name);
+                }
             }
         }
+        hit.append(&mut up.hit);
+        hit.append(&mut down.hit);
+        reset_by = match (&a, &b) {
+            (End::Reset, _) => up.reset_names(),
+            (_, End::Reset) => down.reset_names(),
+            _ => None,
+        };
         ((a, up.sent, up.received), (b, down.sent, down.received))
     };
     let names = || applied.join("+");
@@ -197,7 +222,9 @@ pub async fn run<C: Stream, U: Stream>(
             client.reset_on_close();
             upstream.reset_on_close();
             fault_reset = true;
-            Ending::Fault { name: names() }
+            Ending::Fault {
+                name: reset_by.take().unwrap_or_else(names),
+            }
         }
         (End::PeerReset(Side::Upstream), _) | (_, End::PeerReset(Side::Upstream)) => {
             if policy == OnUpstreamError::Reset {
@@ -266,6 +293,7 @@ pub async fn run<C: Stream, U: Stream>(
         received_up: up.2,
         received_down: down.2,
         applied,
+        hit,
         fault_reset,
     }
 }

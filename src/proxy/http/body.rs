@@ -16,7 +16,7 @@ use hyper::{
 };
 use tokio::time::Sleep;
 
-use super::{Failure, ReplyBody, connection::Conn};
+use super::{Failure, ReplyBody, connection::Conn, hits::Hits};
 use crate::{
     fault::{
         Fault,
@@ -78,6 +78,8 @@ pub(super) struct Faulted {
     tap: Option<(tokio::sync::mpsc::Sender<crate::capture::Record>, u64)>,
     /// The upstream's trailers (gRPC's status), sent after the last data.
     trailers: Option<HeaderMap>,
+    /// The faults that acted on this exchange.
+    hits: Hits,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +98,7 @@ impl Faulted {
         whole: bool,
         conn: &Conn,
         h2: bool,
+        hits: Hits,
     ) -> Faulted {
         let wait = (!cx.hold_body.is_zero()).then(|| Box::pin(tokio::time::sleep(cx.hold_body)));
         Faulted {
@@ -115,6 +118,7 @@ impl Faulted {
             proxy: conn.proxy.clone(),
             tap: conn.tap.clone(),
             trailers: None,
+            hits,
         }
     }
 
@@ -132,7 +136,13 @@ impl Faulted {
             let Some(hooks) = fault.kind.http() else {
                 continue;
             };
-            match hooks.body(&mut frame, end, &mut self.cx) {
+            let given = (frame.as_ptr(), frame.len());
+            let step = hooks.body(&mut frame, end, &mut self.cx);
+            let idle = matches!(step, BodyStep::Pass) || step == BodyStep::Hold(Duration::ZERO);
+            if !idle || (frame.as_ptr(), frame.len()) != given {
+                self.hits.acted(fault);
+            }
+            match step {
                 BodyStep::Pass => {}
                 BodyStep::Hold(d) => hold += d,
                 BodyStep::Close => {

@@ -15,7 +15,11 @@ use tracing::debug;
 
 use super::{exchange, frames, goaway, keepalive, upstream::Upstreams};
 use crate::{
-    capture::{self, CLIENT_LEG, Record, tap::Tapped, tcp::Peer},
+    capture::{
+        self, CLIENT_LEG, Record,
+        tap::{Notes, Tapped},
+        tcp::Peer,
+    },
     fault::{Kind, Scope, config::ProxyConfig},
     proxy::{
         Proxy, RunContext,
@@ -97,6 +101,8 @@ pub(super) struct Conn {
     pub(super) class: Scope,
     /// The capture and this connection's key in it, if capturing.
     pub(super) tap: Option<(mpsc::Sender<Record>, u64)>,
+    /// If capturing: comments for the next bytes written to the client.
+    pub(super) notes: Option<Arc<Notes>>,
 }
 
 impl Conn {
@@ -144,6 +150,7 @@ pub async fn handle(
         .as_ref()
         .and_then(|c| c.sender())
         .map(|tx| (tx, capture::key(&proxy.name, number)));
+    let notes = tap.as_ref().map(|_| Arc::new(Notes::default()));
     let stream = match (&tap, ends) {
         (Some((tx, key)), (Ok(peer), Ok(local))) => {
             let _ = tx
@@ -154,7 +161,8 @@ pub async fn handle(
                     at: capture::now(),
                 })
                 .await;
-            Tapped::new(stream, tx.clone(), *key, CLIENT_LEG, Peer::Acceptor)
+            let notes = notes.clone().unwrap_or_default();
+            Tapped::new(stream, tx.clone(), *key, CLIENT_LEG, Peer::Acceptor).with_notes(notes)
         }
         _ => Tapped::plain(stream),
     };
@@ -170,6 +178,7 @@ pub async fn handle(
         h2conn: Arc::default(),
         class,
         tap,
+        notes,
     });
     let Some(acceptor) = acceptor else {
         return serve(stream, conn, control, watched, class).await;

@@ -153,6 +153,11 @@ impl H2Conn {
         Some(Processing(self.clone()))
     }
 
+    /// Whether a `goaway` is under way on this connection.
+    pub(super) fn planned(&self) -> bool {
+        self.state().plan.is_some()
+    }
+
     /// Fault `fault` asked for `plan` on stream `id`; true if this stream is then
     /// unprocessed. Only the first GOAWAY of a connection plays.
     pub(super) fn start(&self, plan: GoawayPlan, id: u32, fault: &str, proxy: &Proxy) -> bool {

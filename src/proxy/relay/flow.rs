@@ -1,7 +1,7 @@
 //! One direction of one connection: `read → chain → ordered queue → write`, on the
 //! staged path while a fault applies, on the fast path ([`super::fast`]) otherwise.
 
-use std::{collections::VecDeque, pin::pin};
+use std::{collections::VecDeque, pin::pin, sync::Arc};
 
 use bytes::{Bytes, BytesMut};
 use tokio::{
@@ -10,10 +10,16 @@ use tokio::{
     time::{Instant, sleep_until},
 };
 
-use super::{Control, End, Faults, QUEUE_LIMIT, READ_SIZE, Side, Sink, Source};
+use super::{Control, End, Evidence, Faults, QUEUE_LIMIT, READ_SIZE, Side, Sink, Source};
 use crate::{
     capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tcp::Peer},
-    fault::{Chain, ConnId, Direction, Kind, stage::Chunk, stage::Step},
+    events::Counters,
+    fault::{
+        Chain, ConnId, Direction, Kind,
+        chain::{ActedBy, Staged},
+        stage::Chunk,
+        stage::Step,
+    },
 };
 
 /// One direction of one connection.
@@ -25,16 +31,23 @@ pub(super) struct Flow<'a, R, W> {
     pub(super) control: &'a Control,
     pub(super) id: ConnId<'a>,
     pub(super) chain: Chain,
-    pub(super) queue: VecDeque<Step>,
+    pub(super) queue: VecDeque<Staged>,
     pub(super) queued: usize,
     pub(super) reset_at: Option<Instant>,
+    /// The faults that asked for the reset at `reset_at`.
+    pub(super) reset_by: Option<Arc<ActedBy>>,
+    /// The faults whose reset ended the direction.
+    hit_reset: Option<Arc<ActedBy>>,
     pub(super) src_done: bool,
     /// A FIN towards the destination is queued (or was sent).
     pub(super) fin_queued: bool,
     pub(super) sent: u64,
     pub(super) received: u64,
     pub(super) applied: Vec<String>,
+    /// The faults that acted on something this direction did, in the order they first did.
+    pub(super) hit: Vec<String>,
     pub(super) tap: Option<mpsc::Sender<Record>>,
+    counters: Option<Arc<Counters>>,
     /// The connection's key in the capture, computed once.
     pub(super) capture_key: u64,
 }
@@ -47,8 +60,9 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
         faults: Faults,
         control: &'a Control,
         id: ConnId<'a>,
-        tap: Option<mpsc::Sender<Record>>,
+        evidence: &Evidence,
     ) -> Self {
+        let tap = evidence.tap.clone();
         Flow {
             dir,
             src,
@@ -60,6 +74,8 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
             queue: VecDeque::new(),
             queued: 0,
             reset_at: None,
+            reset_by: None,
+            hit_reset: None,
             src_done: false,
             fin_queued: false,
             sent: 0,
@@ -70,7 +86,9 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
                 0
             },
             tap,
+            counters: evidence.counters.clone(),
             applied: Vec::new(),
+            hit: Vec::new(),
         }
     }
 
@@ -132,10 +150,24 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
         })
     }
 
-    /// The comment for what a faulted direction writes.
-    pub(super) fn note(&self) -> Option<String> {
-        let names: Vec<&str> = self.chain.applied().collect();
-        (!names.is_empty()).then(|| format!("snag: {}", names.join(", ")))
+    /// Something the faults `by` acted on happened: the first time a fault acts on
+    /// this direction, its connection counts as hit. Returns the capture comment.
+    fn acted(&mut self, by: Option<&Arc<ActedBy>>) -> Option<String> {
+        let by = by?;
+        for name in &by.names {
+            if !self.hit.contains(name) {
+                if let Some(counters) = &self.counters {
+                    counters.fault_hit(name);
+                }
+                self.hit.push(name.clone());
+            }
+        }
+        self.tap.is_some().then(|| by.note())
+    }
+
+    /// The faults whose reset ended this direction, joined as an ending names them.
+    pub(super) fn reset_names(&self) -> Option<String> {
+        self.hit_reset.as_ref().map(|by| by.names.join("+"))
     }
 
     pub(super) async fn run(&mut self) -> End {
@@ -186,14 +218,18 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
                 continue;
             }
             let now = Instant::now();
-            let head_due = self.queue.front().map(Step::due);
+            let head_due = self.queue.front().map(|s| s.step.due());
             let can_read = !self.src_done && self.queued < QUEUE_LIMIT;
             let mut buf = BytesMut::new();
             let mut out = Vec::new();
             tokio::select! {
                 biased;
                 _ = woken => {}
-                _ = sleep_until(timer(self.reset_at.unwrap_or(now))), if self.reset_at.is_some() => return Some(End::Reset),
+                _ = sleep_until(timer(self.reset_at.unwrap_or(now))), if self.reset_at.is_some() => {
+                    self.hit_reset = self.reset_by.take();
+                    self.acted(self.hit_reset.clone().as_ref());
+                    return Some(End::Reset);
+                }
                 _ = sleep_until(timer(head_due.unwrap_or(now))), if head_due.is_some() => {
                     if let Some(end) = self.send_head().await {
                         return Some(end);
@@ -235,8 +271,8 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
         }
         let now = Instant::now();
         if release {
-            for step in &mut self.queue {
-                match step {
+            for staged in &mut self.queue {
+                match &mut staged.step {
                     Step::Send(c) => c.due = c.due.min(now),
                     Step::Finish { at } | Step::Reset { at } => *at = (*at).min(now),
                 }
@@ -259,18 +295,23 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
         None
     }
 
-    pub(super) fn enqueue(&mut self, steps: Vec<Step>) {
-        for step in steps {
-            match step {
-                Step::Reset { at } => self.reset_at = Some(self.reset_at.map_or(at, |r| r.min(at))),
+    pub(super) fn enqueue(&mut self, steps: Vec<Staged>) {
+        for staged in steps {
+            match &staged.step {
+                Step::Reset { at } => {
+                    if self.reset_at.is_none_or(|r| *at < r) {
+                        self.reset_at = Some(*at);
+                        self.reset_by = staged.by;
+                    }
+                }
                 Step::Send(c) if c.data.is_empty() => {}
                 Step::Send(c) => {
                     self.queued += c.data.len();
-                    self.queue.push_back(Step::Send(c));
+                    self.queue.push_back(staged);
                 }
-                finish => {
+                Step::Finish { .. } => {
                     self.fin_queued = true;
-                    self.queue.push_back(finish);
+                    self.queue.push_back(staged);
                 }
             }
         }
@@ -278,27 +319,29 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
 
     /// Performs the step at the head of the queue, which is due.
     pub(super) async fn send_head(&mut self) -> Option<End> {
-        match self.queue.pop_front()? {
+        let Staged { step, by } = self.queue.pop_front()?;
+        match step {
             Step::Send(chunk) => {
                 self.queued -= chunk.data.len();
                 let end = self.write(&chunk.data).await;
                 if end.is_none() {
-                    tap(
-                        &self.tap,
-                        self.data_record(Which::Dst, chunk.data, self.note()),
-                    )
-                    .await;
+                    let note = self.acted(by.as_ref());
+                    tap(&self.tap, self.data_record(Which::Dst, chunk.data, note)).await;
                 }
                 end
             }
             Step::Finish { .. } => {
                 // A FIN the destination can no longer take is no news: it closed first.
                 let _ = self.dst.shutdown().await;
-                let note = if self.src_done { None } else { self.note() };
+                let note = self.acted(by.as_ref());
                 tap(&self.tap, self.fin_record(Which::Dst, note)).await;
                 Some(if self.src_done { End::Eof } else { End::Closed })
             }
-            Step::Reset { .. } => Some(End::Reset),
+            Step::Reset { .. } => {
+                self.acted(by.as_ref());
+                self.hit_reset = by;
+                Some(End::Reset)
+            }
         }
     }
 

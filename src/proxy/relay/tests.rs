@@ -103,7 +103,7 @@ fn rig(specs: &[&str], policy: OnUpstreamError) -> Rig {
                 &control,
                 id,
                 policy,
-                None,
+                Evidence::default(),
             )
             .await
         }
@@ -373,4 +373,34 @@ async fn slow_close_holds_the_fin_but_not_the_data() {
         "{:?}",
         t0.elapsed()
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_is_hit_only_by_the_faults_that_acted_on_it() {
+    // Three faults apply: latency=0 changes nothing, slicer splits what goes up, and
+    // reset_peer ends the connection. Only the two that acted count it, and the
+    // ending names the one that reset it, not every fault in the chain.
+    let mut r = rig(
+        &[
+            "latency:latency=0,stream=downstream",
+            "slicer:average_size=2,size_variation=0,delay=0,stream=upstream",
+            "reset_peer:timeout=50,stream=downstream",
+        ],
+        OnUpstreamError::Close,
+    );
+    r.client.write_all(b"abcd").await.unwrap();
+    assert_eq!(read_exact(&mut r.upstream, 4).await, b"abcd");
+    // reset_peer holds what it is given and resets 50 ms after the first of it.
+    r.upstream.write_all(b"back").await.unwrap();
+    let outcome = r.relay.await.unwrap();
+    assert_eq!(
+        outcome.ending,
+        Ending::Fault {
+            name: "reset_peer_downstream".into()
+        }
+    );
+    let mut hit = outcome.hit.clone();
+    hit.sort();
+    assert_eq!(hit, ["reset_peer_downstream", "slicer_upstream"]);
+    assert_eq!(outcome.applied.len(), 3, "{:?}", outcome.applied);
 }
