@@ -12,7 +12,7 @@ use std::{
     collections::HashMap,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -118,6 +118,9 @@ pub struct Proxy {
     http: Option<Arc<http::Legs>>,
     /// A readiness drain's first step: since when probes fail.
     unready: watch::Sender<Option<tokio::time::Instant>>,
+    /// Whether new connections go into the capture (when there is one); shared
+    /// with the HTTP upstream connectors, which open connections of their own.
+    capturing: Arc<AtomicBool>,
 }
 
 /// Bytes relayed by a proxy's closed connections (open ones count once they close,
@@ -187,6 +190,7 @@ impl Proxy {
             drain: watch::Sender::new(None),
             http,
             unready: watch::Sender::new(None),
+            capturing: Arc::new(AtomicBool::new(true)),
         };
         for fault in faults {
             proxy.add_fault(fault)?;
@@ -234,6 +238,42 @@ impl Proxy {
     /// The run it belongs to.
     pub fn context(&self) -> &RunContext {
         &self.context
+    }
+
+    /// Whether new connections are captured now.
+    pub fn capturing(&self) -> bool {
+        self.context.capture.is_some() && self.capturing.load(Ordering::Relaxed)
+    }
+
+    /// Captures new connections from now on, or stops capturing them; a connection
+    /// is captured whole or not at all, so open ones stay as they are. `Err` when
+    /// there is no capture to switch on.
+    pub fn set_capturing(&self, on: bool) -> Result<(), String> {
+        if on && self.context.capture.is_none() {
+            return Err(format!(
+                "proxy `{}` has no capture to switch on (snag serve --capture FILE, or a file of its own when it is created)",
+                self.name
+            ));
+        }
+        if self.capturing.swap(on, Ordering::Relaxed) != on {
+            info!(proxy = %self.name, on, "capture switched");
+            self.event("capture_switched", serde_json::json!({ "on": on }));
+        }
+        Ok(())
+    }
+
+    /// The capture's sender for a new connection, if it is to be captured.
+    pub fn tap(&self) -> Option<tokio::sync::mpsc::Sender<crate::capture::Record>> {
+        if !self.capturing.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.context.capture.as_ref().and_then(|c| c.sender())
+    }
+
+    /// The switch [`Proxy::set_capturing`] turns, for code that opens connections
+    /// of its own.
+    pub(crate) fn capture_switch(&self) -> Arc<AtomicBool> {
+        self.capturing.clone()
     }
 
     /// HTTP mode's legs; `None` in TCP mode.

@@ -357,6 +357,7 @@ async fn a_fault_file_and_the_api_server_take_a_capture_too() {
         let body = format!(r#"{{"name":"b","listen":"127.0.0.1:0","upstream":"{echo}"}}"#);
         let created = common::http(api, "POST", "/proxies", &body, &[]).await;
         let listen: SocketAddr = serde_json::from_str::<serde_json::Value>(&created.body).unwrap()["listen"].as_str().unwrap().parse().unwrap();
+        let first = listen;
         assert!(created.body.contains(r#""capture":true"#), "{}", created.body);
         let mut c = TcpStream::connect(listen).await.unwrap();
         c.write_all(b"via the api").await.unwrap();
@@ -371,10 +372,25 @@ async fn a_fault_file_and_the_api_server_take_a_capture_too() {
         c.write_all(b"not captured").await.unwrap();
         c.read_exact(&mut [0; 12]).await.unwrap();
         drop(c);
+        // Switched on and off while running: c's next connection is captured, b's
+        // (through `snag ctl capture`) is not.
+        let on = common::http(api, "POST", "/proxies/c", r#"{"capture":true}"#, &[]).await;
+        assert_eq!(on.status, 200, "{}", on.body);
+        assert!(on.body.contains(r#""capture":true"#), "{}", on.body);
+        let api_at = api.to_string();
+        let mut ctl = Process::spawn(common::process::snag(&["ctl", "--api", &api_at, "capture", "b", "off"]));
+        assert!(ctl.exit(10).await.success());
+        for (at, text) in [(listen, &b"c switched on"[..]), (first, &b"b switched off"[..])] {
+            let mut c = TcpStream::connect(at).await.unwrap();
+            c.write_all(text).await.unwrap();
+            c.read_exact(&mut vec![0; text.len()]).await.unwrap();
+        }
         interrupt(child).await;
         let flows = streams(&segments(&from_api));
         assert!(flows.values().any(|b| b == b"via the api"), "{:?}", flows.keys());
         assert!(!flows.values().any(|b| b == b"not captured"), "{:?}", flows.keys());
+        assert!(flows.values().any(|b| b == b"c switched on"), "{:?}", flows.keys());
+        assert!(!flows.values().any(|b| b == b"b switched off"), "{:?}", flows.keys());
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await;

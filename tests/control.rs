@@ -116,6 +116,16 @@ async fn fields_fixed_at_creation_are_refused_on_update_not_ignored() {
         let reply = call(api, "POST", "/proxies", &body).await;
         assert_eq!(reply.status, 400, "{}", reply.body);
         assert!(reply.body.contains("captures nothing"), "{}", reply.body);
+        // And so is switching on a capture that is not there; switching off is no news.
+        let reply = call(api, "POST", "/proxies/b", r#"{"capture":true}"#).await;
+        assert_eq!(reply.status, 400, "{}", reply.body);
+        assert!(
+            reply.body.contains("no capture to switch on"),
+            "{}",
+            reply.body
+        );
+        let reply = call(api, "POST", "/proxies/b", r#"{"capture":false}"#).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
     })
     .await;
 }

@@ -178,6 +178,11 @@ impl Registry {
                 return Err(Error::Invalid(e.to_string()));
             }
         };
+        if files.capture_off {
+            proxy
+                .set_capturing(false)
+                .expect("switching a capture off always works");
+        }
         let mut entry = Entry {
             listen,
             enabled: false,
@@ -216,6 +221,9 @@ impl Registry {
             return Err(Error::Invalid(format!(
                 "proxy `{name}`: `{field}` is set when a proxy is created and cannot change; delete it and create it again"
             )));
+        }
+        if let Some(CaptureInput::Shared(on)) = input.capture {
+            entry.proxy.set_capturing(on).map_err(Error::Invalid)?;
         }
         let listen = input.listen.filter(|l| *l != entry.listen);
         let upstream = input

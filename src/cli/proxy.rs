@@ -82,6 +82,15 @@ pub enum CtlCommand {
         #[arg(long)]
         reset: bool,
     },
+    /// Switch a proxy's capture on or off: new connections are captured from now
+    /// on, or not; open ones stay as they are.
+    Capture {
+        /// The proxy.
+        name: String,
+        /// on or off.
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
     /// Enable a disabled proxy, or disable an enabled one.
     Toggle {
         /// The proxy.

@@ -68,6 +68,20 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
                     .map_or(String::new(), |p| format!(", probes on {p}"))
             );
         }
+        CtlCommand::Capture { name, state } => {
+            let on = state == "on";
+            client
+                .call(
+                    Method::POST,
+                    &format!("/proxies/{name}"),
+                    Some(json!({ "capture": on })),
+                )
+                .await?;
+            say!(
+                "{name}: new connections {}",
+                if on { "captured" } else { "not captured" }
+            );
+        }
         CtlCommand::Toggle { name } => {
             let path = format!("/proxies/{name}");
             let proxy = client.call(Method::GET, &path, None).await?;

@@ -63,7 +63,7 @@ pub(super) async fn handle(
         id,
         context.on_upstream_error,
         relay::Evidence {
-            tap: context.capture.as_ref().and_then(|c| c.sender()),
+            tap: proxy.tap(),
             counters: Some(proxy.counters.clone()),
         },
     )

@@ -19,6 +19,9 @@ use crate::{
 pub(super) struct OwnFiles {
     pub(super) capture: Option<(String, Arc<crate::capture::Capture>)>,
     pub(super) events: Option<(String, Arc<crate::events::EventLog>)>,
+    /// Created with `"capture": false` beside the server's capture: it starts
+    /// switched off, and can be switched on.
+    pub(super) capture_off: bool,
 }
 
 impl OwnFiles {
@@ -44,7 +47,7 @@ impl Registry {
         let mut context = self.context.clone();
         let mut files = OwnFiles::default();
         match &input.capture {
-            Some(CaptureInput::Shared(false)) => context.capture = None,
+            Some(CaptureInput::Shared(false)) => files.capture_off = true,
             Some(CaptureInput::Shared(true)) if context.capture.is_none() => {
                 return Err(Error::Invalid(
                     "capture: true, but this server captures nothing (snag serve --capture FILE); name a file of the proxy's own instead".into(),

@@ -32,7 +32,8 @@ pub struct ProxyInput {
     pub instance: Option<String>,
     /// snag's own: `false` leaves this proxy out of the server's capture
     /// (`serve --capture`); a file name gives it a capture of its own in the files
-    /// directory; default: captured when the server captures.
+    /// directory; default: captured when the server captures. On a running proxy,
+    /// `true` or `false` switches its capture on or off for new connections.
     pub capture: Option<CaptureInput>,
     /// snag's own: a file name (in the files directory) for this proxy's own event log.
     pub events: Option<String>,
@@ -200,9 +201,8 @@ pub(super) fn fixed_field_changed(entry: &Entry, input: &ProxyInput) -> Option<&
     let capture_same = match &input.capture {
         None => true,
         Some(CaptureInput::File(name)) => own_capture == Some(name.as_str()),
-        Some(CaptureInput::Shared(on)) => {
-            own_capture.is_none() && *on == entry.proxy.context().capture.is_some()
-        }
+        // Switched on or off in place (`Proxy::set_capturing`).
+        Some(CaptureInput::Shared(_)) => true,
     };
     if !capture_same {
         return Some("capture");
@@ -232,7 +232,7 @@ pub(super) fn view(name: &str, entry: &Entry) -> ProxyView {
         upstream_protocol: Some(entry.proxy.config().upstream_protocol.as_str())
             .filter(|p| *p != "h1"),
         upstream_tls: entry.proxy.config().upstream_tls.is_some(),
-        capture: entry.proxy.context().capture.is_some(),
+        capture: entry.proxy.capturing(),
         capture_file: entry.files.capture.as_ref().map(|(n, _)| n.clone()),
         events_file: entry.files.events.as_ref().map(|(n, _)| n.clone()),
     }

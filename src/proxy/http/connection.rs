@@ -145,10 +145,7 @@ pub async fn handle(
     let watched = faults.clone();
     // Captured as a client leg of its own: upstream connections are pooled and shared.
     let tap = proxy
-        .context()
-        .capture
-        .as_ref()
-        .and_then(|c| c.sender())
+        .tap()
         .map(|tx| (tx, capture::key(&proxy.name, number)));
     let notes = tap.as_ref().map(|_| Arc::new(Notes::default()));
     let stream = match (&tap, ends) {

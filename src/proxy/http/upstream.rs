@@ -25,7 +25,6 @@ use rustls::ClientConfig;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::TcpStream,
-    sync::mpsc,
 };
 use tokio_rustls::{TlsConnector, client::TlsStream};
 use tokio_util::either::Either;
@@ -198,7 +197,8 @@ impl Upstreams {
             http,
             target: upstream.clone(),
             tls,
-            tap: context.capture.as_ref().and_then(|c| c.sender()),
+            capture: context.capture.clone(),
+            capturing: proxy.capture_switch(),
             name: Arc::from(format!("{}/upstream", proxy.name)),
             next: Default::default(),
             sniff,
@@ -222,7 +222,9 @@ pub struct Connector {
     http: HttpConnector,
     target: Arc<str>,
     tls: Option<Tls>,
-    tap: Option<mpsc::Sender<Record>>,
+    capture: Option<Arc<capture::Capture>>,
+    /// The proxy's switch: off, new connections are not captured.
+    capturing: Arc<AtomicBool>,
     name: Arc<str>,
     next: Arc<AtomicU64>,
     /// HTTP/2-only clients: set if an upstream answers the preface with HTTP/1.x.
@@ -291,7 +293,12 @@ impl tower_service::Service<Uri> for Connector {
 
 impl Connector {
     async fn tapped(&self, stream: TcpStream) -> io::Result<Tapped<TcpStream>> {
-        let Some(tx) = &self.tap else {
+        let tap = self
+            .capture
+            .as_ref()
+            .filter(|_| self.capturing.load(Ordering::Relaxed))
+            .and_then(|c| c.sender());
+        let Some(tx) = &tap else {
             return Ok(Tapped::plain(stream));
         };
         let key = capture::key(&self.name, self.next.fetch_add(1, Ordering::Relaxed));
