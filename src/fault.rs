@@ -242,6 +242,21 @@ impl Kind {
         matches!(self, Kind::Down | Kind::SynDrop)
     }
 
+    /// Whether it is a stage on a connection's bytes (the relay runs it).
+    pub fn is_stage(&self) -> bool {
+        !self.is_listener() && !self.is_http()
+    }
+
+    /// Whether HTTP mode runs it on the client leg's bytes too: the faults that
+    /// mean something under HTTP (time, pace, pieces, a reset). The others cut or
+    /// hold bytes HTTP needs whole; the HTTP faults say those things per request.
+    pub fn on_http_bytes(&self) -> bool {
+        matches!(
+            self,
+            Kind::Latency(_) | Kind::Bandwidth(_) | Kind::Slicer(_) | Kind::ResetPeer(_)
+        )
+    }
+
     /// Whether it acts on HTTP exchanges (mode http) rather than on TCP bytes.
     pub fn is_http(&self) -> bool {
         matches!(self, Kind::Http(_))

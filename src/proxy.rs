@@ -144,7 +144,10 @@ pub enum FaultError {
     #[error("fault `{0}` already exists")]
     Exists(String),
     /// A TCP fault on an HTTP proxy, or the reverse.
-    #[error("fault `{name}` ({kind}) cannot act on a proxy in mode {mode}")]
+    #[error(
+        "fault `{name}` ({kind}) cannot act on a proxy in mode {mode}{}",
+        if *mode == "http" { crate::fault::file::HTTP_BYTES } else { "" }
+    )]
     Mode {
         /// The fault.
         name: String,

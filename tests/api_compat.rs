@@ -445,7 +445,7 @@ async fn http_proxies_and_scoped_faults_come_through_the_api() {
             api,
             "POST",
             "/proxies/web/toxics",
-            r#"{"type":"latency","attributes":{"latency":5}}"#,
+            r#"{"type":"limit_data","attributes":{"bytes":5}}"#,
         )
         .await;
         assert_eq!(wrong.status, 400);

@@ -367,7 +367,7 @@ async fn a_dead_upstream_is_a_502_and_malformed_requests_a_400() {
 }
 
 #[test]
-fn tcp_faults_on_an_http_proxy_are_refused_with_the_reason() {
+fn tcp_faults_that_would_break_http_are_refused_with_the_reason() {
     let (code, _, stderr) = common::process::output(&[
         "proxy",
         "--mode",
@@ -377,11 +377,13 @@ fn tcp_faults_on_an_http_proxy_are_refused_with_the_reason() {
         "--upstream",
         "127.0.0.1:1",
         "--fault",
-        "latency:latency=5",
+        "limit_data:bytes=5",
     ]);
     assert_eq!(code, 2, "{stderr}");
     assert!(
-        stderr.contains("latency_downstream") && stderr.contains("mode http"),
+        stderr.contains("limit_data_downstream")
+            && stderr.contains("mode http")
+            && stderr.contains("bad_body"),
         "{stderr}"
     );
     let bad: Result<snag::fault::Fault, _> = "latency:latency=5,scope=sometimes".parse();

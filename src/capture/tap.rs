@@ -46,7 +46,7 @@ impl Notes {
     }
 
     /// What is waiting, joined, if anything.
-    fn take(&self) -> Option<String> {
+    pub fn take(&self) -> Option<String> {
         let mut notes = self
             .0
             .lock()

@@ -386,12 +386,17 @@ pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
 fn mode_error(proxy: &str, fault: &Fault, mode: Mode) -> String {
     let needs = if fault.kind.is_http() { "http" } else { "tcp" };
     format!(
-        "proxy `{proxy}`: fault `{}` ({}) needs mode = \"{needs}\", the proxy is in mode \"{}\"",
+        "proxy `{proxy}`: fault `{}` ({}) needs mode = \"{needs}\", the proxy is in mode \"{}\"{}",
         fault.name,
         fault.kind.type_name(),
-        mode.as_str()
+        mode.as_str(),
+        if mode == Mode::Http { HTTP_BYTES } else { "" }
     )
 }
+
+/// What HTTP mode offers instead of the TCP faults it does not run.
+pub const HTTP_BYTES: &str = " (mode http runs latency, bandwidth, slicer and reset_peer on the \
+    client's bytes; bad_body, drop_request and http_delay do the rest per request)";
 
 /// Checks that `addr` reads as `host:port` with a port from 1 to 65535; the host is
 /// resolved at each connect. `Err` says why in words for the user.

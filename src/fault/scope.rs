@@ -19,9 +19,12 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// Whether a fault of `kind` can act in this mode (listener faults act in both).
+    /// Whether a fault of `kind` can act in this mode: listener faults act in both,
+    /// and HTTP mode runs some TCP faults on the client leg's bytes.
     pub fn takes(self, kind: &Kind) -> bool {
-        kind.is_listener() || (self == Mode::Http) == kind.is_http()
+        kind.is_listener()
+            || (self == Mode::Http) == kind.is_http()
+            || (self == Mode::Http && kind.on_http_bytes())
     }
 
     /// The wire name.

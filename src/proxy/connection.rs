@@ -65,6 +65,7 @@ pub(super) async fn handle(
         relay::Evidence {
             tap: proxy.tap(),
             counters: Some(proxy.counters.clone()),
+            notes: None,
         },
     )
     .await;

@@ -23,7 +23,7 @@ pub use self::{
     stream::{Sink, Source, Stream},
 };
 use crate::{
-    capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tcp::Peer},
+    capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tap::Notes, tcp::Peer},
     events::Counters,
     fault::{ConnId, Direction, Fault},
 };
@@ -37,6 +37,9 @@ pub struct Evidence {
     /// The proxy's counters: a fault counts a connection as hit the first time it
     /// acts on it.
     pub counters: Option<Arc<Counters>>,
+    /// HTTP mode's comments for the next bytes to the client (the HTTP faults that
+    /// acted on them), when the relay carries its client leg.
+    pub notes: Option<Arc<Notes>>,
 }
 
 /// The proxy's live fault list, as the relay watches it.
@@ -153,19 +156,25 @@ pub async fn run<C: Stream, U: Stream>(
     evidence: Evidence,
 ) -> Outcome {
     let tap = evidence.tap.clone();
-    if let Some(tx) = &tap
-        && let (Some((c, l)), Some((p, u))) = (client.ends(), upstream.ends())
-    {
+    if let Some(tx) = &tap {
+        // A leg without addresses (an in-memory pipe to HTTP mode) is not captured:
+        // the capture writer passes over what is recorded on a leg it never opened.
         let conn = capture::key(id.proxy, id.conn);
-        for (leg, ends) in [(CLIENT_LEG, (c, l)), (UPSTREAM_LEG, (u, p))] {
-            let _ = tx
-                .send(Record::OpenLeg {
-                    conn,
-                    leg,
-                    ends,
-                    at: capture::now(),
-                })
-                .await;
+        let legs = [
+            (CLIENT_LEG, client.ends()),
+            (UPSTREAM_LEG, upstream.ends().map(|(p, u)| (u, p))),
+        ];
+        for (leg, ends) in legs {
+            if let Some(ends) = ends {
+                let _ = tx
+                    .send(Record::OpenLeg {
+                        conn,
+                        leg,
+                        ends,
+                        at: capture::now(),
+                    })
+                    .await;
+            }
         }
     }
     let (mut applied, mut hit) = (Vec::new(), Vec::new());
@@ -264,10 +273,12 @@ pub async fn run<C: Stream, U: Stream>(
             Ending::Reset { by: Side::Upstream } => {
                 let mut r = vec![rst(UPSTREAM_LEG, Peer::Acceptor, None)];
                 if policy == OnUpstreamError::Reset {
+                    // HTTP mode over a pipe: the reset is HTTP mode's, and it said why.
+                    let why = evidence.notes.as_ref().and_then(|n| n.take());
                     r.push(rst(
                         CLIENT_LEG,
                         Peer::Acceptor,
-                        Some("snag: upstream reset, passed on".into()),
+                        Some(why.unwrap_or_else(|| "snag: upstream reset, passed on".into())),
                     ));
                 }
                 r

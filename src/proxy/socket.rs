@@ -4,12 +4,21 @@
 use std::{
     io,
     net::SocketAddr,
-    sync::atomic::{AtomicU64, Ordering},
+    pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    task::{Context, Poll, ready},
     time::Duration,
 };
 
+use atomic_waker::AtomicWaker;
 use socket2::{Domain, SockRef, Socket, Type};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf, ReadHalf, WriteHalf},
+    net::{TcpListener, TcpStream},
+};
 
 /// The backlog of a listener that is accepting normally.
 pub const BACKLOG: i32 = 1024;
@@ -41,83 +50,179 @@ pub fn reset_on_close(stream: &TcpStream) {
 /// A connection's socket shared between the task that reads and writes it (hyper)
 /// and the code that must reach it from elsewhere (a fault's RST, a half-close):
 /// one descriptor, where duplicating it would cost a second per connection.
+///
+/// Or, when TCP faults act on an HTTP connection's bytes, hyper's end of an
+/// in-memory pipe whose other end ([`PipeEnd`]) the relay joins to the socket: a
+/// half-close or RST asked for here then reaches the client through the relay,
+/// after whatever its faults still hold.
 #[derive(Debug, Clone)]
-pub struct Shared(std::sync::Arc<TcpStream>, std::sync::Arc<AtomicU64>);
+pub struct Shared {
+    io: Io,
+    written: Arc<AtomicU64>,
+}
+
+#[derive(Debug, Clone)]
+enum Io {
+    Tcp(Arc<TcpStream>),
+    Pipe(Arc<Mutex<DuplexStream>>, Arc<PipeSignals>),
+}
+
+/// What hyper's end of a pipe tells the relay's end besides bytes.
+#[derive(Debug, Default)]
+pub struct PipeSignals {
+    /// Send FIN once the bytes written before it are read.
+    fin: AtomicBool,
+    /// Make the close an RST.
+    reset: AtomicBool,
+    /// The relay's reader, waiting for bytes or a signal.
+    reader: AtomicWaker,
+}
+
+/// How many bytes the pipe holds each way: a write beyond it waits for the relay,
+/// as a full socket buffer waits for the peer.
+const PIPE_BUFFER: usize = 64 * 1024;
 
 impl Shared {
     /// Shares `stream`.
     pub fn new(stream: TcpStream) -> Shared {
-        Shared(std::sync::Arc::new(stream), Default::default())
+        Shared {
+            io: Io::Tcp(Arc::new(stream)),
+            written: Default::default(),
+        }
+    }
+
+    /// An in-memory connection: hyper's end, and the end the relay joins to the
+    /// client's socket.
+    pub fn pipe() -> (Shared, PipeEnd) {
+        let (ours, theirs) = tokio::io::duplex(PIPE_BUFFER);
+        let signals = Arc::new(PipeSignals::default());
+        let (read, write) = tokio::io::split(theirs);
+        let shared = Shared {
+            io: Io::Pipe(Arc::new(Mutex::new(ours)), signals.clone()),
+            written: Default::default(),
+        };
+        let end = PipeEnd {
+            read: PipeReader {
+                inner: read,
+                signals,
+            },
+            write: PipeWriter(write),
+        };
+        (shared, end)
+    }
+
+    /// (peer, local) addresses of the socket; `None` for a pipe.
+    pub fn ends(&self) -> Option<(SocketAddr, SocketAddr)> {
+        match &self.io {
+            Io::Tcp(tcp) => Some((tcp.peer_addr().ok()?, tcp.local_addr().ok()?)),
+            Io::Pipe(..) => None,
+        }
     }
 
     /// Bytes written through it so far: lets a cut wait until what went before it
     /// has left (an HTTP/2 stream reset drops the stream's frames not yet written).
     pub fn written(&self) -> u64 {
-        self.1.load(Ordering::Relaxed)
+        self.written.load(Ordering::Relaxed)
     }
 
     fn count(&self, done: io::Result<usize>) -> io::Result<usize> {
         if let Ok(n) = &done {
-            self.1.fetch_add(*n as u64, Ordering::Relaxed);
+            self.written.fetch_add(*n as u64, Ordering::Relaxed);
         }
         done
     }
 
     /// Makes the socket's close send RST instead of FIN, dropping unsent data.
     pub fn reset_on_close(&self) {
-        reset_on_close(&self.0);
+        match &self.io {
+            Io::Tcp(tcp) => reset_on_close(tcp),
+            Io::Pipe(_, signals) => {
+                signals.reset.store(true, Ordering::Release);
+                signals.reader.wake();
+            }
+        }
     }
 
     /// Sends FIN now; reading goes on.
     pub fn shutdown_write(&self) {
-        let _ = SockRef::from(&*self.0).shutdown(std::net::Shutdown::Write);
-    }
-}
-
-impl tokio::io::AsyncRead for Shared {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        loop {
-            std::task::ready!(self.0.poll_read_ready(cx))?;
-            // Into the unfilled part as it is: zeroing it first would cost a memset
-            // of hyper's whole read buffer on every read.
-            match self.0.try_read_buf(buf) {
-                Ok(_) => return std::task::Poll::Ready(Ok(())),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return std::task::Poll::Ready(Err(e)),
+        match &self.io {
+            Io::Tcp(tcp) => {
+                let _ = SockRef::from(&**tcp).shutdown(std::net::Shutdown::Write);
+            }
+            Io::Pipe(_, signals) => {
+                signals.fin.store(true, Ordering::Release);
+                signals.reader.wake();
             }
         }
     }
 }
 
-impl tokio::io::AsyncWrite for Shared {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        data: &[u8],
-    ) -> std::task::Poll<io::Result<usize>> {
+fn lock(pipe: &Mutex<DuplexStream>) -> std::sync::MutexGuard<'_, DuplexStream> {
+    pipe.lock().expect("no code panics holding a pipe")
+}
+
+impl AsyncRead for Shared {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let tcp = match &self.io {
+            Io::Tcp(tcp) => tcp,
+            Io::Pipe(pipe, _) => return Pin::new(&mut *lock(pipe)).poll_read(cx, buf),
+        };
         loop {
-            std::task::ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_write(data) {
+            ready!(tcp.poll_read_ready(cx))?;
+            // Into the unfilled part as it is: zeroing it first would cost a memset
+            // of hyper's whole read buffer on every read.
+            match tcp.try_read_buf(buf) {
+                Ok(_) => return Poll::Ready(Ok(())),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                done => return std::task::Poll::Ready(self.count(done)),
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Shared {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let tcp = match &self.io {
+            Io::Tcp(tcp) => tcp,
+            Io::Pipe(pipe, _) => {
+                let done = ready!(Pin::new(&mut *lock(pipe)).poll_write(cx, data));
+                return Poll::Ready(self.count(done));
+            }
+        };
+        loop {
+            ready!(tcp.poll_write_ready(cx))?;
+            match tcp.try_write(data) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                done => return Poll::Ready(self.count(done)),
             }
         }
     }
 
     fn poll_write_vectored(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
         data: &[io::IoSlice<'_>],
-    ) -> std::task::Poll<io::Result<usize>> {
+    ) -> Poll<io::Result<usize>> {
+        let tcp = match &self.io {
+            Io::Tcp(tcp) => tcp,
+            Io::Pipe(pipe, _) => {
+                let done = ready!(Pin::new(&mut *lock(pipe)).poll_write_vectored(cx, data));
+                return Poll::Ready(self.count(done));
+            }
+        };
         loop {
-            std::task::ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_write_vectored(data) {
+            ready!(tcp.poll_write_ready(cx))?;
+            match tcp.try_write_vectored(data) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                done => return std::task::Poll::Ready(self.count(done)),
+                done => return Poll::Ready(self.count(done)),
             }
         }
     }
@@ -126,19 +231,73 @@ impl tokio::io::AsyncWrite for Shared {
         true
     }
 
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.shutdown_write();
-        std::task::Poll::Ready(Ok(()))
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The relay's end of [`Shared::pipe`].
+#[derive(Debug)]
+pub struct PipeEnd {
+    pub(super) read: PipeReader,
+    pub(super) write: PipeWriter,
+}
+
+/// What the relay reads of hyper's bytes: then EOF once hyper's end asked for a
+/// FIN and everything before it was read, or closed; an error (as a reset socket
+/// gives) if the close was to be an RST.
+#[derive(Debug)]
+pub struct PipeReader {
+    inner: ReadHalf<DuplexStream>,
+    signals: Arc<PipeSignals>,
+}
+
+/// What the relay writes the client's bytes to.
+#[derive(Debug)]
+pub struct PipeWriter(WriteHalf<DuplexStream>);
+
+impl AsyncRead for PipeReader {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        self.signals.reader.register(cx.waker());
+        let reset = || io::Error::from(io::ErrorKind::ConnectionReset);
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if buf.filled().len() == before => {
+                if self.signals.reset.load(Ordering::Acquire) {
+                    return Poll::Ready(Err(reset()));
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if self.signals.fin.load(Ordering::Acquire) => Poll::Ready(Ok(())),
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for PipeWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
 

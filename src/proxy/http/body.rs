@@ -76,6 +76,8 @@ pub(super) struct Faulted {
     proxy: Arc<Proxy>,
     /// The capture, to record a reset in.
     tap: Option<(tokio::sync::mpsc::Sender<crate::capture::Record>, u64)>,
+    /// The comments for the client leg, when the relay carries it.
+    notes: Option<Arc<crate::capture::tap::Notes>>,
     /// The upstream's trailers (gRPC's status), sent after the last data.
     trailers: Option<HeaderMap>,
     /// The faults that acted on this exchange.
@@ -117,6 +119,7 @@ impl Faulted {
             socket: conn.socket.clone(),
             proxy: conn.proxy.clone(),
             tap: conn.tap.clone(),
+            notes: conn.notes.clone(),
             trailers: None,
             hits,
         }
@@ -216,7 +219,7 @@ impl Faulted {
                 }
                 if self.cut == Some(Cut::Reset) {
                     self.socket.reset_on_close();
-                    super::connection::record_reset(&self.tap, "reset_mid_response");
+                    super::connection::record_reset(&self.tap, &self.notes, "reset_mid_response");
                     self.proxy.counters().fault_reset();
                     self.proxy.event(
                         "fault_reset",

@@ -20,10 +20,11 @@ use crate::{
         tap::{Notes, Tapped},
         tcp::Peer,
     },
+    fault::ConnId,
     fault::{Kind, Scope, config::ProxyConfig},
     proxy::{
         Proxy, RunContext,
-        relay::{Control, Faults},
+        relay::{self, Control, Evidence, Faults, OnUpstreamError},
         socket,
     },
     tls,
@@ -108,13 +109,23 @@ pub(super) struct Conn {
 impl Conn {
     /// Records the RST snag is about to send the client, if capturing.
     pub(super) fn record_reset(&self, why: &str) {
-        record_reset(&self.tap, why);
+        record_reset(&self.tap, &self.notes, why);
     }
 }
 
 /// Records an RST from snag on a client leg; a full queue drops it (resets are rare,
-/// and the wait would have to happen where no await is possible).
-pub(super) fn record_reset(tap: &Option<(mpsc::Sender<Record>, u64)>, why: &str) {
+/// and the wait would have to happen where no await is possible). Where the relay
+/// carries the client leg (`tap` is `None`), the reason goes with the RST it sends.
+pub(super) fn record_reset(
+    tap: &Option<(mpsc::Sender<Record>, u64)>,
+    notes: &Option<Arc<Notes>>,
+    why: &str,
+) {
+    if tap.is_none()
+        && let Some(notes) = notes
+    {
+        notes.add(format!("snag: {why}"));
+    }
     if let Some((tx, key)) = tap {
         let note = Some(format!("snag: {why}"));
         let _ = tx.try_send(Record::Rst {
@@ -129,6 +140,11 @@ pub(super) fn record_reset(tap: &Option<(mpsc::Sender<Record>, u64)>, why: &str)
 
 /// Serves one client connection in HTTP mode until it closes, the proxy goes down
 /// or shuts down.
+///
+/// While the proxy has a TCP fault on, the connection's bytes go through the relay
+/// and its stages first (client socket ⇄ relay ⇄ in-memory pipe ⇄ hyper): the
+/// relay then carries the capture of the client leg, and a FIN or RST that HTTP
+/// mode asks for reaches the client after what the faults still hold.
 pub async fn handle(
     stream: TcpStream,
     proxy: Arc<Proxy>,
@@ -139,32 +155,132 @@ pub async fn handle(
     number: u64,
 ) {
     let _ = stream.set_nodelay(true);
-    let ends = (stream.peer_addr(), stream.local_addr());
-    let stream = socket::Shared::new(stream);
-    let socket = stream.clone();
-    let watched = faults.clone();
+    let staged = faults.borrow().iter().any(|f| f.kind.is_stage());
+    if !staged {
+        let socket = socket::Shared::new(stream);
+        return http(socket, proxy, faults, control, legs, class, number).await;
+    }
+    let (socket, mut pipe) = socket::Shared::pipe();
+    let mut client = stream;
+    let name = proxy.name.clone();
+    let tap = proxy.tap();
+    let notes = tap.as_ref().map(|_| Arc::new(Notes::default()));
+    let evidence = Evidence {
+        tap,
+        counters: Some(proxy.counters.clone()),
+        notes: notes.clone(),
+    };
+    let (faults_relayed, control_relayed) = (faults.clone(), control.clone());
+    let id = ConnId {
+        seed: proxy.seed(),
+        proxy: &name,
+        conn: number,
+        class,
+    };
+    let relayed = async move {
+        let outcome = relay::run(
+            &mut client,
+            &mut pipe,
+            &faults_relayed,
+            &control_relayed,
+            id,
+            OnUpstreamError::Reset,
+            evidence,
+        )
+        .await;
+        // Closed as soon as the relay ends: hyper then sees its end of the pipe
+        // close, and the client its FIN or RST, without waiting for each other.
+        drop((client, pipe));
+        outcome
+    };
+    let served = serve_piped(
+        socket,
+        proxy.clone(),
+        faults.clone(),
+        control.clone(),
+        legs,
+        class,
+        notes,
+    );
+    let (outcome, ()) = tokio::join!(relayed, served);
+    if outcome.fault_reset {
+        proxy.counters().fault_reset();
+        proxy.event(
+            "fault_reset",
+            serde_json::json!({ "connection": number, "faults": outcome.hit }),
+        );
+    }
+}
+
+/// HTTP over the pipe the relay feeds: no capture of its own (the relay has the
+/// client leg), but the comments for it.
+async fn serve_piped(
+    socket: socket::Shared,
+    proxy: Arc<Proxy>,
+    faults: Faults,
+    control: Arc<Control>,
+    legs: Arc<Legs>,
+    class: Scope,
+    notes: Option<Arc<Notes>>,
+) {
+    let conn = conn(
+        proxy,
+        faults.clone(),
+        legs,
+        socket.clone(),
+        class,
+        None,
+        notes,
+    );
+    over_tls(Tapped::plain(socket), conn, control, faults, class).await
+}
+
+/// HTTP straight on the client's socket, captured here if a capture is on.
+async fn http(
+    socket: socket::Shared,
+    proxy: Arc<Proxy>,
+    faults: Faults,
+    control: Arc<Control>,
+    legs: Arc<Legs>,
+    class: Scope,
+    number: u64,
+) {
+    let ends = socket.ends();
     // Captured as a client leg of its own: upstream connections are pooled and shared.
     let tap = proxy
         .tap()
         .map(|tx| (tx, capture::key(&proxy.name, number)));
     let notes = tap.as_ref().map(|_| Arc::new(Notes::default()));
     let stream = match (&tap, ends) {
-        (Some((tx, key)), (Ok(peer), Ok(local))) => {
+        (Some((tx, key)), Some(ends)) => {
             let _ = tx
                 .send(Record::OpenLeg {
                     conn: *key,
                     leg: CLIENT_LEG,
-                    ends: (peer, local),
+                    ends,
                     at: capture::now(),
                 })
                 .await;
             let notes = notes.clone().unwrap_or_default();
-            Tapped::new(stream, tx.clone(), *key, CLIENT_LEG, Peer::Acceptor).with_notes(notes)
+            Tapped::new(socket.clone(), tx.clone(), *key, CLIENT_LEG, Peer::Acceptor)
+                .with_notes(notes)
         }
-        _ => Tapped::plain(stream),
+        _ => Tapped::plain(socket.clone()),
     };
-    let acceptor = legs.acceptor.clone();
-    let conn = Arc::new(Conn {
+    let conn = conn(proxy, faults.clone(), legs, socket, class, tap, notes);
+    over_tls(stream, conn, control, faults, class).await
+}
+
+fn conn(
+    proxy: Arc<Proxy>,
+    faults: Faults,
+    legs: Arc<Legs>,
+    socket: socket::Shared,
+    class: Scope,
+    tap: Option<(mpsc::Sender<Record>, u64)>,
+    notes: Option<Arc<Notes>>,
+) -> Arc<Conn> {
+    Arc::new(Conn {
         name: Arc::from(proxy.name.as_str()),
         proxy,
         faults,
@@ -176,8 +292,18 @@ pub async fn handle(
         class,
         tap,
         notes,
-    });
-    let Some(acceptor) = acceptor else {
+    })
+}
+
+/// The TLS handshake if the listener speaks TLS, then HTTP.
+async fn over_tls(
+    stream: Tapped<socket::Shared>,
+    conn: Arc<Conn>,
+    control: Arc<Control>,
+    watched: Faults,
+    class: Scope,
+) {
+    let Some(acceptor) = conn.legs.acceptor.clone() else {
         return serve(stream, conn, control, watched, class).await;
     };
     let handshake = tokio::select! {
@@ -206,6 +332,7 @@ where
 {
     let watched_proxy = conn.proxy.clone();
     let (h2, socket, tap) = (conn.h2.clone(), conn.socket.clone(), conn.tap.clone());
+    let notes = conn.notes.clone();
     let keepalive = conn.keepalive.clone();
     let h2conn = conn.h2conn.clone();
     let wire = frames::Wire::new(stream, h2conn.frames.clone());
@@ -264,7 +391,7 @@ where
                     serving.as_mut().graceful_shutdown();
                 }
                 Stop::Reset => {
-                    record_reset(&tap, "drain");
+                    record_reset(&tap, &notes, "drain");
                     socket.reset_on_close();
                     debug!("http connection reset by a drain");
                     return;

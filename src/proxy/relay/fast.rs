@@ -77,6 +77,13 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
         if self.tap.is_none() || data.is_empty() {
             return;
         }
+        if let Some(note) = self.written_note(None) {
+            let read = self.data_record(Which::Src, data.clone(), None);
+            tap(&self.tap, read).await;
+            let written = self.data_record(Which::Dst, data, Some(note));
+            tap(&self.tap, written).await;
+            return;
+        }
         let (read, written) = self.legs();
         let record = Record::Pass {
             conn: self.capture_key,

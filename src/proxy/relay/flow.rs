@@ -12,7 +12,7 @@ use tokio::{
 
 use super::{Control, End, Evidence, Faults, QUEUE_LIMIT, READ_SIZE, Side, Sink, Source};
 use crate::{
-    capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tcp::Peer},
+    capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tap::Notes, tcp::Peer},
     events::Counters,
     fault::{
         Chain, ConnId, Direction, Kind,
@@ -48,6 +48,9 @@ pub(super) struct Flow<'a, R, W> {
     pub(super) hit: Vec<String>,
     pub(super) tap: Option<mpsc::Sender<Record>>,
     counters: Option<Arc<Counters>>,
+    /// HTTP mode's comments for bytes written to the client, when this direction
+    /// writes to the client and a capture is on.
+    notes: Option<Arc<Notes>>,
     /// The connection's key in the capture, computed once.
     pub(super) capture_key: u64,
 }
@@ -87,6 +90,10 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
             },
             tap,
             counters: evidence.counters.clone(),
+            notes: evidence
+                .notes
+                .clone()
+                .filter(|_| dir == Direction::Downstream && evidence.tap.is_some()),
             applied: Vec::new(),
             hit: Vec::new(),
         }
@@ -163,6 +170,16 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
             }
         }
         self.tap.is_some().then(|| by.note())
+    }
+
+    /// The comment for bytes written to the destination: the faults that acted on
+    /// them, and what HTTP mode asked to be said of the next bytes to the client.
+    pub(super) fn written_note(&self, acted: Option<String>) -> Option<String> {
+        let http = self.notes.as_ref().and_then(|n| n.take());
+        match (acted, http) {
+            (Some(a), Some(h)) => Some(format!("{a}; {h}")),
+            (a, h) => a.or(h),
+        }
     }
 
     /// The faults whose reset ended this direction, joined as an ending names them.
@@ -326,6 +343,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
                 let end = self.write(&chunk.data).await;
                 if end.is_none() {
                     let note = self.acted(by.as_ref());
+                    let note = self.written_note(note);
                     tap(&self.tap, self.data_record(Which::Dst, chunk.data, note)).await;
                 }
                 end

@@ -88,3 +88,24 @@ impl<S: Sink + ?Sized> Sink for &mut S {
         (**self).tcp()
     }
 }
+
+/// The relay's end of an HTTP connection's in-memory pipe (see
+/// [`socket::Shared::pipe`](super::super::socket::Shared::pipe)): no addresses, and
+/// a reset made by hyper's end, which the relay passes on to the client.
+impl Stream for super::super::socket::PipeEnd {
+    type Reader<'a> = &'a mut super::super::socket::PipeReader;
+    type Writer<'a> = &'a mut super::super::socket::PipeWriter;
+
+    fn halves(&mut self) -> (Self::Reader<'_>, Self::Writer<'_>) {
+        (&mut self.read, &mut self.write)
+    }
+
+    fn reset_on_close(&self) {}
+
+    fn ends(&self) -> Option<(SocketAddr, SocketAddr)> {
+        None
+    }
+}
+
+impl Source for super::super::socket::PipeReader {}
+impl Sink for super::super::socket::PipeWriter {}
