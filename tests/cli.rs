@@ -210,7 +210,14 @@ async fn snag_proxy_relays_with_its_inline_faults() {
 fn lab_commands_reject_bad_flags_saying_which_and_why() {
     for (args, why) in [
         (&["load", "ftp://x/"][..], "expected http://HOST:PORT/PATH"),
-        (&["load", "https://127.0.0.1:1/"], "https is not supported"),
+        (
+            &["load", "http://127.0.0.1:1/", "--cacert", "ca.pem"],
+            "--cacert and --insecure are for https:// targets",
+        ),
+        (
+            &["load", "https://127.0.0.1:1/", "--cacert", "/nonexistent/ca.pem"],
+            "/nonexistent/ca.pem",
+        ),
         (
             &["load", "http://127.0.0.1:1/", "--shape", "step:5@1s..2s"],
             "--rate",

@@ -575,3 +575,56 @@ async fn the_api_sets_up_tls_with_files_confined_to_its_directory() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn snag_load_speaks_https_and_http2_by_alpn_and_checks_the_certificate() {
+    use snag::lab::load::{self, Arrivals, Kind, Plan, Target};
+    within(30, async {
+        let dir = scratch("load");
+        let ca = dir.join("ca.pem");
+        let (backend, seen) = http_backend("hello").await;
+        // refused_stream acts on HTTP/2 alone: the streams it refuses prove h2.
+        let mut config = http_config("l", backend);
+        config.tls = generated(&ca);
+        config.faults = vec!["refused_stream".parse().unwrap()];
+        let (addr, snag) = common::serve(config, RunContext::new(1)).await;
+        let target = Target::resolve(&format!("https://localhost:{}/", addr.port()))
+            .await
+            .unwrap();
+        let plan = |alpn: &[&[u8]], trust: UpstreamTls| {
+            let mut p = Plan::new(target.clone());
+            p.arrivals = Arrivals::Closed { connections: 2 };
+            p.requests = Some(10);
+            p.http2 = alpn == [b"h2".as_slice()];
+            p.tls = Some(snag::tls::client(&trust, alpn, None).unwrap());
+            p
+        };
+        let run = |p: Plan| load::run(p, Shutdown::never(), |_| {});
+
+        let h1 = run(plan(&[b"http/1.1"], trusting(&ca).unwrap())).await;
+        assert_eq!((h1.sent, h1.ok), (10, 10), "{:?}", h1.errors_by_kind);
+        assert_eq!(seen.lock().unwrap().len(), 10);
+
+        let h2 = run(plan(&[b"h2"], trusting(&ca).unwrap())).await;
+        assert_eq!(h2.ok, 0, "{:?}", h2.errors_by_kind);
+        assert_eq!(snag.counters().snapshot().streams_refused, h2.sent);
+
+        // The system's roots do not know the run's CA: every request a TLS failure,
+        // and snag counts the failed handshakes.
+        let untrusted = run(plan(&[b"http/1.1"], UpstreamTls::default())).await;
+        assert_eq!(
+            untrusted.errors_by_kind.get(&Kind::Tls),
+            Some(&untrusted.sent),
+            "{:?}",
+            untrusted.errors_by_kind
+        );
+        assert!(snag.counters().snapshot().tls_failures > 0);
+        let insecure = UpstreamTls {
+            insecure: true,
+            ..UpstreamTls::default()
+        };
+        assert_eq!(run(plan(&[b"http/1.1"], insecure)).await.ok, 10);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}

@@ -79,6 +79,7 @@ async fn spike(b: &mut Bench, variant: Variant) -> anyhow::Result<()> {
     plan.deadline = Some(Duration::from_secs(1));
     plan.stats_url = Some(crate::lab::load::Target {
         addr: parts[0].backend_addr,
+        tls: false,
         host: parts[0].backend_addr.to_string(),
         path: "/stats".into(),
     });

@@ -152,7 +152,7 @@ pub struct BalancerArgs {
 /// `snag load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// http://HOST:PORT/PATH
+    /// http://HOST:PORT/PATH or https://HOST:PORT/PATH
     pub url: String,
     /// Closed loop: connections, each sending when its last answer is in.
     #[arg(short = 'c', long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -208,9 +208,17 @@ pub struct LoadArgs {
     /// A new connection for every transaction, closed by the generator.
     #[arg(long)]
     pub new_connection: bool,
-    /// Speak HTTP/2 with prior knowledge (cleartext); requests are streams.
+    /// Speak HTTP/2: with prior knowledge in clear, agreed by ALPN over https://
+    /// (only h2 is offered then); requests are streams.
     #[arg(long)]
     pub http2: bool,
+    /// https://: trust the server's certificate if this CA (PEM) signed it; default:
+    /// the system's roots.
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<std::path::PathBuf>,
+    /// https://: take any certificate (no check at all).
+    #[arg(long, conflicts_with = "cacert")]
+    pub insecure: bool,
     /// A 2xx answer whose body lacks this text counts as a bad-body error.
     #[arg(long)]
     pub expect_body: Option<String>,

@@ -65,8 +65,30 @@ async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {
         },
     };
     let stats_url = match &args.stats_url {
-        Some(url) => Some(Target::resolve(url).await.map_err(usage)?),
+        Some(url) => match Target::resolve(url).await.map_err(usage)? {
+            t if t.tls => {
+                return Err(usage(format!("--stats-url {url}: polled in clear only")));
+            }
+            t => Some(t),
+        },
         None => None,
+    };
+    if !target.tls && (args.cacert.is_some() || args.insecure) {
+        return Err(usage(format!(
+            "--cacert and --insecure are for https:// targets; {} is in clear",
+            args.url
+        )));
+    }
+    let tls = if target.tls {
+        let trust = crate::tls::UpstreamTls {
+            ca: args.cacert.clone(),
+            insecure: args.insecure,
+            sni: None,
+        };
+        let alpn: &[&[u8]] = if args.http2 { &[b"h2"] } else { &[b"http/1.1"] };
+        Some(crate::tls::client(&trust, alpn, None).map_err(|e| usage(format!("TLS: {e}")))?)
+    } else {
+        None
     };
     let seed = args.seed.unwrap_or_else(crate::seed::fresh);
     let mut plan = Plan::new(target);
@@ -88,6 +110,7 @@ async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {
     plan.txn_header = args.txn_header;
     plan.new_connection = args.new_connection;
     plan.http2 = args.http2;
+    plan.tls = tls;
     plan.expect_body = args.expect_body;
     plan.stats_url = stats_url;
     // A count ends the run when it is reached; without one the window does.
@@ -190,7 +213,7 @@ impl Row {
             count(e, |k| matches!(k, Kind::Status(_))),
             count(e, |k| matches!(
                 k,
-                Kind::Closed | Kind::Body | Kind::BadBody | Kind::Other
+                Kind::Closed | Kind::Body | Kind::BadBody | Kind::Tls | Kind::Other
             )),
             count(e, Kind::generator),
             self.retries,

@@ -18,7 +18,6 @@ mod tally;
 
 use std::{
     io,
-    net::SocketAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
@@ -317,9 +316,9 @@ async fn transaction(
 /// Sends one request on `slot` (dialling when empty) and reads the whole answer.
 async fn exchange(plan: &Plan, slot: &mut Option<Conn>, seq: u64, session: Option<u64>) -> Outcome {
     if slot.as_ref().is_none_or(|c| c.is_closed()) {
-        match dial(plan.target.addr, plan.http2).await {
+        match dial(plan).await {
             Ok(conn) => *slot = Some(conn),
-            Err(err) => return Outcome::failed(Kind::of_io(&err)),
+            Err(kind) => return Outcome::failed(kind),
         }
     }
     let conn = slot.as_mut().expect("dialled above");
@@ -379,21 +378,49 @@ fn memchr_contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-async fn dial(addr: SocketAddr, http2: bool) -> io::Result<Conn> {
-    let stream = TcpStream::connect(addr).await?;
+/// A new connection to the plan's target: TCP, TLS for `https://` (its ALPN must
+/// agree to what the plan speaks), then HTTP/1.1 or HTTP/2.
+async fn dial(plan: &Plan) -> Result<Conn, Kind> {
+    let stream = TcpStream::connect(plan.target.addr)
+        .await
+        .map_err(|e| Kind::of_io(&e))?;
     let _ = stream.set_nodelay(true);
-    let io = TokioIo::new(stream);
+    let Some(config) = plan.tls.clone().filter(|_| plan.target.tls) else {
+        return handshake(TokioIo::new(stream), plan.http2).await;
+    };
+    let name = crate::tls::server_name(None, &plan.target.host).map_err(|_| Kind::Tls)?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await
+        .map_err(|e| match e.kind() {
+            // rustls says InvalidData for what the peer sent: a certificate it
+            // cannot trust, no common protocol, not TLS at all.
+            io::ErrorKind::InvalidData => Kind::Tls,
+            _ => Kind::of_io(&e),
+        })?;
+    let agreed = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+    if plan.http2 && !agreed {
+        // It offered h2 alone: a server that agreed to nothing speaks HTTP/1.1.
+        return Err(Kind::Tls);
+    }
+    handshake(TokioIo::new(tls), plan.http2).await
+}
+
+async fn handshake<S>(io: TokioIo<S>, http2: bool) -> Result<Conn, Kind>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     if http2 {
         let (sender, conn) =
             hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
                 .await
-                .map_err(io::Error::other)?;
+                .map_err(|e| Kind::of_hyper(&e))?;
         tokio::spawn(conn);
         return Ok(Conn::H2(sender));
     }
     let (sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
-        .map_err(io::Error::other)?;
+        .map_err(|e| Kind::of_hyper(&e))?;
     tokio::spawn(conn);
     Ok(Conn::H1(sender))
 }
@@ -402,7 +429,11 @@ async fn dial(addr: SocketAddr, http2: bool) -> io::Result<Conn> {
 fn build(plan: &Plan, seq: u64, session: Option<u64>) -> Request<Full<Bytes>> {
     let mut request = if plan.http2 {
         // HTTP/2 carries the authority in the URI (`:authority`), not in Host.
-        Request::builder().uri(format!("http://{}{}", plan.target.host, plan.target.path))
+        let scheme = if plan.target.tls { "https" } else { "http" };
+        Request::builder().uri(format!(
+            "{scheme}://{}{}",
+            plan.target.host, plan.target.path
+        ))
     } else {
         Request::builder()
             .uri(plan.target.path.as_str())

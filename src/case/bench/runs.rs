@@ -8,6 +8,7 @@ impl Bench {
     pub fn plan(&self, addr: SocketAddr, path: &str) -> Plan {
         let mut plan = Plan::new(Target {
             addr,
+            tls: false,
             host: addr.to_string(),
             path: path.into(),
         });

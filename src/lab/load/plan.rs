@@ -10,11 +10,13 @@ use hyper::{
 };
 use hyper_util::rt::TokioIo;
 
-/// Where requests go: `http://HOST:PORT/PATH`.
+/// Where requests go: `http://HOST:PORT/PATH` or `https://…`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Target {
     /// The resolved address.
     pub addr: SocketAddr,
+    /// `https://`: TLS, with HOST as the name sent and checked.
+    pub tls: bool,
     /// The `Host` header: `HOST:PORT` as given.
     pub host: String,
     /// Path and query.
@@ -22,15 +24,18 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parses and resolves an `http://` URL; the error says what is wrong with it.
+    /// Parses and resolves an `http://` or `https://` URL; the error says what is
+    /// wrong with it.
     pub async fn resolve(url: &str) -> Result<Target, String> {
-        let rest = url.strip_prefix("http://").ok_or_else(|| {
-            if url.starts_with("https://") {
-                format!("{url}: https is not supported; snag load speaks plain HTTP")
-            } else {
-                format!("{url}: expected http://HOST:PORT/PATH")
+        let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => {
+                return Err(format!(
+                    "{url}: expected http://HOST:PORT/PATH or https://…"
+                ));
             }
-        })?;
+        };
         let (host, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -44,7 +49,7 @@ impl Target {
         {
             host.to_string()
         } else {
-            format!("{host}:80")
+            format!("{host}:{}", if tls { 443 } else { 80 })
         };
         let addr = tokio::net::lookup_host(&with_port)
             .await
@@ -56,6 +61,7 @@ impl Target {
         }
         Ok(Target {
             addr,
+            tls,
             host: host.into(),
             path: path.into(),
         })
@@ -189,9 +195,11 @@ pub struct Plan {
     pub txn_header: Option<HeaderName>,
     /// A new connection per transaction, closed by the generator after the answer.
     pub new_connection: bool,
-    /// Speak HTTP/2 (prior knowledge, cleartext): each connection carries its
-    /// requests as streams.
+    /// Speak HTTP/2: with prior knowledge in clear, agreed by ALPN over TLS; each
+    /// connection carries its requests as streams.
     pub http2: bool,
+    /// TLS to an `https://` target, offering `h2` (with `http2`) or `http/1.1`.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// A 2xx whose body lacks this text is a bad-body error.
     pub expect_body: Option<String>,
     /// Polled once a second for a JSON `depth`.
@@ -222,6 +230,7 @@ impl Plan {
             txn_header: None,
             new_connection: false,
             http2: false,
+            tls: None,
             expect_body: None,
             stats_url: None,
             watch: Duration::ZERO,
@@ -372,6 +381,7 @@ mod tests {
     fn target() -> Target {
         Target {
             addr: "127.0.0.1:1".parse().unwrap(),
+            tls: false,
             host: "127.0.0.1:1".into(),
             path: "/".into(),
         }
@@ -448,11 +458,11 @@ mod tests {
         );
         let t = Target::resolve("http://127.0.0.1:9").await.unwrap();
         assert_eq!(t.path, "/");
-        assert!(
-            Target::resolve("https://x:1/")
-                .await
-                .unwrap_err()
-                .contains("https")
+        let t = Target::resolve("https://localhost:8443/x").await.unwrap();
+        assert!(t.tls && t.host == "localhost:8443" && t.path == "/x");
+        assert_eq!(
+            Target::resolve("https://127.0.0.1").await.unwrap().addr,
+            "127.0.0.1:443".parse().unwrap()
         );
         assert!(
             Target::resolve("ftp://x")

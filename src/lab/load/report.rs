@@ -29,6 +29,9 @@ pub enum Kind {
     Descriptors,
     /// The open loop had too many requests in flight and did not send this one.
     Overload,
+    /// The TLS handshake failed: a certificate not trusted or not for the name,
+    /// no common ALPN protocol (HTTP/2 asked, HTTP/1.1 offered), not TLS at all.
+    Tls,
     /// Anything else.
     Other,
 }
@@ -104,6 +107,7 @@ impl fmt::Display for Kind {
             Kind::Ports => f.write_str("ports exhausted (generator)"),
             Kind::Descriptors => f.write_str("descriptors exhausted (generator)"),
             Kind::Overload => f.write_str("too many in flight (generator)"),
+            Kind::Tls => f.write_str("tls"),
             Kind::Other => f.write_str("other"),
         }
     }

@@ -42,7 +42,7 @@ impl Outcome {
         self.error.is_some_and(|k| {
             !matches!(
                 k,
-                Kind::Status(_) | Kind::BadBody | Kind::Overload | Kind::Descriptors
+                Kind::Status(_) | Kind::BadBody | Kind::Overload | Kind::Descriptors | Kind::Tls
             )
         })
     }
@@ -356,6 +356,7 @@ mod tests {
     fn plan(open: bool) -> Plan {
         let mut plan = Plan::new(Target {
             addr: "127.0.0.1:1".parse().unwrap(),
+            tls: false,
             host: "a".into(),
             path: "/".into(),
         });
