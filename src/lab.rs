@@ -30,6 +30,21 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    serve_https(listener, None, shutdown, handle).await
+}
+
+/// [`serve_http`], over TLS when `tls` is given (ALPN says HTTP/2 or HTTP/1.1).
+pub(crate) async fn serve_https<F, Fut, B>(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: Shutdown,
+    handle: F,
+) where
+    F: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     loop {
         let accepted = tokio::select! {
             _ = shutdown.wait() => return,
@@ -45,13 +60,32 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
-        let (handle, shutdown) = (handle.clone(), shutdown.clone());
+        let (handle, shutdown, tls) = (handle.clone(), shutdown.clone(), tls.clone());
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let answer = handle(req, peer);
                 async move { Ok::<_, Infallible>(answer.await) }
             });
             let builder = auto::Builder::new(TokioExecutor::new());
+            let Some(tls) = tls else {
+                let serving = builder.serve_connection(TokioIo::new(stream), service);
+                tokio::select! {
+                    _ = shutdown.wait() => {}
+                    _ = serving => {}
+                }
+                return;
+            };
+            let handshake = tokio::time::timeout(Duration::from_secs(10), tls.accept(stream));
+            let stream = tokio::select! {
+                _ = shutdown.wait() => return,
+                done = handshake => match done {
+                    Ok(Ok(stream)) => stream,
+                    failed => {
+                        debug!(?failed, "TLS handshake failed");
+                        return;
+                    }
+                },
+            };
             let serving = builder.serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 _ = shutdown.wait() => {}

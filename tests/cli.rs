@@ -215,7 +215,12 @@ fn lab_commands_reject_bad_flags_saying_which_and_why() {
             "--cacert and --insecure are for https:// targets",
         ),
         (
-            &["load", "https://127.0.0.1:1/", "--cacert", "/nonexistent/ca.pem"],
+            &[
+                "load",
+                "https://127.0.0.1:1/",
+                "--cacert",
+                "/nonexistent/ca.pem",
+            ],
             "/nonexistent/ca.pem",
         ),
         (

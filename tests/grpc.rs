@@ -150,3 +150,61 @@ fn the_grpc_peer_is_installed() {
         "grpcio and grpcio-health-checking are installed (scripts/install-deps.sh): {out}"
     );
 }
+
+#[tokio::test]
+async fn snag_backend_serves_grpc_health_and_a_unary_call_over_tls_and_h2c() {
+    within(90, async {
+        let dir = std::env::temp_dir().join(format!("snag-grpc-backend-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        let ca_arg = ca.to_str().unwrap().to_string();
+        let start = |extra: Vec<String>| async move {
+            let mut args = vec!["backend", "--id", "g", "--listen", "127.0.0.1:0"];
+            args.extend(extra.iter().map(String::as_str));
+            let mut backend = Process::spawn(common::process::snag(&args));
+            let addr: SocketAddr = backend
+                .line(20, |l| l.split_whitespace().nth(4)?.parse().ok())
+                .await;
+            (addr, backend)
+        };
+        let (tls, _b) = start(vec!["--tls-generate".into(), ca_arg.clone()]).await;
+        let target = format!("localhost:{}", tls.port());
+        let ca = ca_arg.as_str();
+        assert_eq!(client(&["health", &target, ca]).await["status"], "SERVING");
+        assert_eq!(
+            client(&["call", &target, "/snag.Backend/Echo", "hi", ca]).await["reply"],
+            "g:hi"
+        );
+        assert_eq!(
+            client(&["call", &target, "/snag.Backend/Nope", "hi", ca]).await["code"],
+            "UNIMPLEMENTED"
+        );
+        // Unhealthy (through its admin route, over HTTPS by curl): the checks say
+        // NOT_SERVING while calls still pass.
+        let url = format!("https://localhost:{}/admin/health", tls.port());
+        let admin = common::curl(
+            &url,
+            &["--cacert", ca, "-X", "POST", "-d", r#"{"healthy":false}"#],
+        )
+        .await;
+        assert_eq!(admin.status, 200, "{}", admin.stderr);
+        assert_eq!(
+            client(&["health", &target, ca]).await["status"],
+            "NOT_SERVING"
+        );
+        assert_eq!(
+            client(&["call", &target, "/snag.Backend/Echo", "still", ca]).await["reply"],
+            "g:still"
+        );
+        // In clear it speaks h2c to gRPC clients (prior knowledge).
+        let (clear, _c) = start(vec!["--dependency-broken".into()]).await;
+        let target = clear.to_string();
+        assert_eq!(client(&["health", &target]).await["status"], "SERVING");
+        assert_eq!(
+            client(&["call", &target, "/snag.Backend/Echo", "x"]).await["code"],
+            "UNAVAILABLE"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}

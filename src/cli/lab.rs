@@ -75,6 +75,41 @@ pub struct BackendArgs {
     /// Start with the dependency broken: data requests answer 200 with an error body.
     #[arg(long)]
     pub dependency_broken: bool,
+    /// TLS with this PEM certificate chain (ALPN h2 and http/1.1); needs --tls-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        conflicts_with = "tls_generate"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// TLS with a certificate made for this run, for localhost, 127.0.0.1, ::1 and
+    /// each --tls-name; the CA that signed it is written to CA_FILE.
+    #[arg(long, value_name = "CA_FILE")]
+    pub tls_generate: Option<std::path::PathBuf>,
+    /// Another name for the certificate --tls-generate makes (repeatable).
+    #[arg(long = "tls-name", value_name = "NAME", requires = "tls_generate")]
+    pub tls_names: Vec<String>,
+}
+
+impl BackendArgs {
+    /// The TLS the flags ask for, if any.
+    pub fn tls(&self) -> Option<crate::tls::ListenTls> {
+        match (&self.tls_cert, &self.tls_key, &self.tls_generate) {
+            (Some(cert), Some(key), _) => Some(crate::tls::ListenTls::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (_, _, Some(ca_out)) => Some(crate::tls::ListenTls::Generated {
+                ca_out: ca_out.clone(),
+                names: self.tls_names.clone(),
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// `--queue N|unbounded`.

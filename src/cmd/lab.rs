@@ -14,6 +14,16 @@ pub async fn backend(args: BackendArgs, shutdown: Shutdown) -> anyhow::Result<()
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("could not bind {}", args.listen))?;
+    let tls = match args.tls() {
+        Some(listen) => {
+            let identity =
+                crate::tls::Identity::of(&listen).map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
+            let server =
+                crate::tls::server(identity, None).map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
+            Some(tokio_rustls::TlsAcceptor::from(server))
+        }
+        None => None,
+    };
     let config = backend::Config {
         id: args.id,
         delay: args.delay,
@@ -32,13 +42,15 @@ pub async fn backend(args: BackendArgs, shutdown: Shutdown) -> anyhow::Result<()
         None => String::new(),
     };
     say!(
-        "backend {} listening on {} (delay {:?}{pool}, health {})",
+        "backend {} listening on {} (delay {:?}{pool}, health {}{}; gRPC: {} and the health check)",
         config.id,
         listener.local_addr()?,
         config.delay,
-        config.health_path
+        config.health_path,
+        if tls.is_some() { ", TLS" } else { "" },
+        backend::GRPC_ECHO
     );
-    backend::serve(listener, backend::Backend::new(config), shutdown).await;
+    backend::serve_tls(listener, backend::Backend::new(config), tls, shutdown).await;
     Ok(())
 }
 

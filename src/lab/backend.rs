@@ -202,7 +202,18 @@ impl Backend {
 /// Serves `backend` on `listener` until `shutdown`, which stops accepting and drops
 /// every open connection at once, as a killed process would.
 pub async fn serve(listener: TcpListener, backend: Arc<Backend>, shutdown: Shutdown) {
-    super::serve_http(listener, shutdown, move |req, _| {
+    serve_tls(listener, backend, None, shutdown).await
+}
+
+/// [`serve`], over TLS when `tls` is given: HTTP/2 (and so gRPC) or HTTP/1.1 as
+/// ALPN agrees.
+pub async fn serve_tls(
+    listener: TcpListener,
+    backend: Arc<Backend>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: Shutdown,
+) {
+    super::serve_https(listener, tls, shutdown, move |req, _| {
         let backend = backend.clone();
         async move { answer(req, &backend).await }
     })
@@ -212,7 +223,7 @@ pub async fn serve(listener: TcpListener, backend: Arc<Backend>, shutdown: Shutd
 /// Request bodies larger than this are refused: the lab's requests are small.
 const BODY_LIMIT: usize = 1 << 20;
 
-async fn answer(req: Request<Incoming>, backend: &Arc<Backend>) -> Response<Full<Bytes>> {
+async fn answer(req: Request<Incoming>, backend: &Arc<Backend>) -> Reply {
     let id = backend.config.id.as_str();
     let (parts, body) = req.into_parts();
     let body = match Limited::new(body, BODY_LIMIT).collect().await {
@@ -222,9 +233,25 @@ async fn answer(req: Request<Incoming>, backend: &Arc<Backend>) -> Response<Full
                 StatusCode::BAD_REQUEST,
                 id,
                 &serde_json::json!({"id": id, "error": format!("could not read the body: {err}")}),
-            );
+            )
+            .map(BodyExt::boxed_unsync);
         }
     };
+    if crate::fault::http::grpc::is_call(&parts) {
+        return grpc(&parts, &body, backend).await;
+    }
+    http(&parts, &body, backend)
+        .await
+        .map(BodyExt::boxed_unsync)
+}
+
+/// A plain HTTP request: the routes of the module's doc.
+async fn http(
+    parts: &hyper::http::request::Parts,
+    body: &[u8],
+    backend: &Arc<Backend>,
+) -> Response<Full<Bytes>> {
+    let id = backend.config.id.as_str();
     let path = parts.uri.path();
     match (&parts.method, path) {
         (_, p) if p == backend.config.health_path => {
@@ -256,7 +283,7 @@ async fn answer(req: Request<Incoming>, backend: &Arc<Backend>) -> Response<Full
         }
         (&Method::GET, "/stats") => json(StatusCode::OK, id, &backend.stats()),
         (&Method::POST, admin) if admin.starts_with("/admin/") => {
-            match change(admin, &body, backend) {
+            match change(admin, body, backend) {
                 Ok(()) => json(StatusCode::OK, id, &backend.stats()),
                 Err(why) => json(
                     StatusCode::BAD_REQUEST,
@@ -265,35 +292,121 @@ async fn answer(req: Request<Incoming>, backend: &Arc<Backend>) -> Response<Full
                 ),
             }
         }
-        _ => {
-            backend.served.fetch_add(1, Relaxed);
-            let delay = Duration::from_micros(backend.delay_us.load(Relaxed));
-            if !delay.is_zero() {
-                let due = tokio::time::Instant::now() + delay;
-                tokio::time::sleep_until(due).await;
-                let late = tokio::time::Instant::now().saturating_duration_since(due);
-                if let Ok(mut h) = backend.overslept.lock() {
-                    h.saturating_record((late.as_micros() as u64).max(1));
-                }
-            }
-            if !backend.work().await {
-                return json(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    id,
-                    &serde_json::json!({"id": id, "error": "queue full"}),
-                );
-            }
-            if backend.broken.load(Relaxed) {
-                json(
-                    StatusCode::OK,
-                    id,
-                    &serde_json::json!({"id": id, "error": "dependency unavailable"}),
-                )
-            } else {
-                json(StatusCode::OK, id, &serde_json::json!({"id": id}))
+        _ => match backend.data().await {
+            Data::QueueFull => json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                &serde_json::json!({"id": id, "error": "queue full"}),
+            ),
+            Data::Broken => json(
+                StatusCode::OK,
+                id,
+                &serde_json::json!({"id": id, "error": "dependency unavailable"}),
+            ),
+            Data::Done => json(StatusCode::OK, id, &serde_json::json!({"id": id})),
+        },
+    }
+}
+
+/// How a data request went.
+enum Data {
+    Done,
+    /// The worker pool's queue was full.
+    QueueFull,
+    /// Served, but the dependency is broken.
+    Broken,
+}
+
+impl Backend {
+    /// A data request: counted, delayed, worked, and told whether the dependency
+    /// is broken.
+    async fn data(self: &Arc<Self>) -> Data {
+        self.served.fetch_add(1, Relaxed);
+        let delay = Duration::from_micros(self.delay_us.load(Relaxed));
+        if !delay.is_zero() {
+            let due = tokio::time::Instant::now() + delay;
+            tokio::time::sleep_until(due).await;
+            let late = tokio::time::Instant::now().saturating_duration_since(due);
+            if let Ok(mut h) = self.overslept.lock() {
+                h.saturating_record((late.as_micros() as u64).max(1));
             }
         }
+        if !self.work().await {
+            return Data::QueueFull;
+        }
+        if self.broken.load(Relaxed) {
+            Data::Broken
+        } else {
+            Data::Done
+        }
     }
+}
+
+/// The unary gRPC method: answers `ID:` and the request's message.
+pub const GRPC_ECHO: &str = "/snag.Backend/Echo";
+
+/// A gRPC call over HTTP/2: the health check (SERVING, or NOT_SERVING while
+/// unhealthy, for any service name), [`GRPC_ECHO`] as a data request, and
+/// UNIMPLEMENTED for anything else. A broken dependency is UNAVAILABLE, a full
+/// queue RESOURCE_EXHAUSTED.
+async fn grpc(parts: &hyper::http::request::Parts, body: &[u8], backend: &Arc<Backend>) -> Reply {
+    use crate::fault::http::grpc;
+    let id = backend.config.id.as_str();
+    let message = match body {
+        [0, a, b, c, d, rest @ ..]
+            if u32::from_be_bytes([*a, *b, *c, *d]) as usize == rest.len() =>
+        {
+            rest
+        }
+        _ => {
+            return grpc_reply(
+                id,
+                Bytes::new(),
+                grpc::status(13, "a request of one uncompressed message was expected"),
+            );
+        }
+    };
+    let answer = match parts.uri.path() {
+        grpc::HEALTH_CHECK => {
+            backend.health_checks.fetch_add(1, Relaxed);
+            // HealthCheckResponse { status = 1 }: SERVING 1, NOT_SERVING 2.
+            let status = if backend.healthy.load(Relaxed) { 1 } else { 2 };
+            return grpc_reply(id, grpc::frame(&[0x08, status]), grpc::status(0, ""));
+        }
+        GRPC_ECHO => backend.data().await,
+        other => {
+            return grpc_reply(
+                id,
+                Bytes::new(),
+                grpc::status(12, &format!("{other}: not a method of snag backend {id}")),
+            );
+        }
+    };
+    match answer {
+        Data::QueueFull => grpc_reply(id, Bytes::new(), grpc::status(8, "queue full")),
+        Data::Broken => grpc_reply(id, Bytes::new(), grpc::status(14, "dependency unavailable")),
+        Data::Done => {
+            let mut reply = format!("{id}:").into_bytes();
+            reply.extend_from_slice(message);
+            grpc_reply(id, grpc::frame(&reply), grpc::status(0, ""))
+        }
+    }
+}
+
+/// What the backend answers with: a whole body, and trailers for gRPC.
+pub type Reply =
+    Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>>;
+
+/// A gRPC answer from backend `id`: the message (if any), then the status in
+/// trailers.
+fn grpc_reply(id: &str, message: Bytes, status: hyper::HeaderMap) -> Reply {
+    let mut named = hyper::HeaderMap::new();
+    if let Ok(value) = hyper::header::HeaderValue::from_str(id) {
+        named.insert("x-instance", value);
+    }
+    let head = crate::fault::http::grpc::head(Bytes::new(), named);
+    let trailers = std::future::ready(Some(Ok(status)));
+    head.map(|_| Full::new(message).with_trailers(trailers).boxed_unsync())
 }
 
 /// `POST /admin/…`: what changed, or why not.

@@ -5,6 +5,8 @@
                                 until stdin closes
   peer.py health TARGET [CA]    a health check; prints {"status": ...} or {"code": ...}
   peer.py say TARGET TEXT [CA]  a unary call; prints {"reply": ...} or {"code": ...}
+  peer.py call TARGET METHOD TEXT [CA]
+                                the same to any method, e.g. /snag.Backend/Echo
 
 With CA (a PEM file) the client speaks TLS, checking the certificate for localhost.
 """
@@ -68,14 +70,16 @@ def main():
                 stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
             )
         })
-    elif kind == "say":
-        ca = sys.argv[4] if len(sys.argv) > 4 else None
+    elif kind in ("say", "call"):
+        args = sys.argv[3:] if kind == "call" else ["/snag.test.Echo/Say"] + sys.argv[3:]
+        method, text = args[0], args[1]
+        ca = args[2] if len(args) > 2 else None
         say = channel(target, ca).unary_unary(
-            "/snag.test.Echo/Say",
+            method,
             request_serializer=identity,
             response_deserializer=identity,
         )
-        report(lambda: {"reply": say(sys.argv[3].encode(), timeout=5).decode()})
+        report(lambda: {"reply": say(text.encode(), timeout=5).decode()})
 
 
 if __name__ == "__main__":
