@@ -96,9 +96,15 @@ fn progress(p: Option<&case::Progress>) {
     let tty = std::io::stderr().is_terminal();
     match p {
         Some(p) => {
+            // Rows go on while the last answers come in, past the traffic window.
+            let when = if p.second as f64 <= p.total_s {
+                format!("{:>3} of {:.0} s", p.second, p.total_s)
+            } else {
+                format!("{:>3} s, after {:.0} s of traffic", p.second, p.total_s)
+            };
             let line = format!(
-                "{} · {}: {:>3} of {:.0} s, sent {}, ok {}, errors {}",
-                p.case, p.label, p.second, p.total_s, p.sent, p.ok, p.errors
+                "{} · {}: {when}, sent {}, ok {}, errors {}",
+                p.case, p.label, p.sent, p.ok, p.errors
             );
             if tty {
                 eprint!("\r{line:<78}");
