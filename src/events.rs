@@ -140,7 +140,7 @@ pub struct Stats {
     /// requests (other HTTP faults) each fault actually acted on — a toxicity draw
     /// that said no, or a `latency=0`, hits nothing.
     pub fault_hits: BTreeMap<String, u64>,
-    /// Transaction ids seen more than once, with how many times.
+    /// Transaction ids forwarded to the upstream more than once, with how many times.
     pub duplicates: BTreeMap<String, u64>,
     /// Transaction ids not tracked because the table was full.
     pub ids_untracked: u64,

@@ -66,3 +66,18 @@ pub fn is_usage_error(err: &anyhow::Error) -> bool {
     err.chain()
         .any(|e| e.is::<fault::file::Error>() || e.is::<UsageError>())
 }
+
+/// An error and its causes, each once, joined by `: `.
+pub fn causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -49,18 +49,6 @@ fn config(backends: &[(&str, SocketAddr, u32)], strategy: Strategy) -> balancer:
     }
 }
 
-async fn start_balancer(config: balancer::Config) -> (SocketAddr, Arc<Balancer>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let balancer = Balancer::new(config);
-    tokio::spawn(balancer::serve(
-        listener,
-        balancer.clone(),
-        Shutdown::never(),
-    ));
-    (addr, balancer)
-}
-
 async fn plan(addr: SocketAddr, path: &str) -> Plan {
     let mut plan = Plan::new(
         Target::resolve(&format!("http://{addr}{path}"))
@@ -194,7 +182,7 @@ async fn round_robin_is_exactly_even_and_three_sources_agree() {
             pool.push((id, start_backend(id, |_| {}).await));
         }
         let specs: Vec<_> = pool.iter().map(|(id, (addr, _))| (*id, *addr, 1)).collect();
-        let (lb, _) = start_balancer(config(&specs, Strategy::Rr)).await;
+        let (lb, _) = common::start_balancer(config(&specs, Strategy::Rr)).await;
         let mut p = plan(lb, "/").await;
         p.arrivals = Arrivals::Closed { connections: 4 };
         p.requests = Some(300);
@@ -216,7 +204,7 @@ async fn weighted_round_robin_follows_nginx_smooth_sequence() {
         for (id, weight) in [("a", 5), ("b", 1), ("c", 1)] {
             specs.push((id, start_backend(id, |_| {}).await.0, weight));
         }
-        let (lb, _) = start_balancer(config(&specs, Strategy::Wrr)).await;
+        let (lb, _) = common::start_balancer(config(&specs, Strategy::Wrr)).await;
         let mut seq = String::new();
         for _ in 0..14 {
             seq += http(lb, "GET", "/", "", &[])
@@ -236,7 +224,7 @@ async fn consistent_hash_remaps_only_the_removed_backends_keys() {
         for id in ["a", "b", "c", "d"] {
             specs.push((id, start_backend(id, |_| {}).await.0, 1));
         }
-        let (lb, balancer) = start_balancer(config(&specs, Strategy::Consistent)).await;
+        let (lb, balancer) = common::start_balancer(config(&specs, Strategy::Consistent)).await;
         let route = |key: String| async move {
             let r = http(lb, "GET", "/", "", &[("x-session", &key)]).await;
             r.header("x-backend").unwrap().to_string()
@@ -275,7 +263,7 @@ async fn hash_on_a_session_header_or_cookie_keeps_each_session_on_one_backend() 
             (config(&specs, Strategy::Hash), None),
             (by_cookie, Some("sid")),
         ] {
-            let (lb, _) = start_balancer(cfg).await;
+            let (lb, _) = common::start_balancer(cfg).await;
             let mut p = plan(lb, "/").await;
             p.sessions = Some(Sessions {
                 count: 4,
@@ -301,7 +289,7 @@ async fn least_connections_starves_a_slow_backend() {
         let (a, _) = start_backend("a", |_| {}).await;
         let (b, _) = start_backend("b", |_| {}).await;
         let (c, _) = start_backend("c", |c| c.delay = Duration::from_millis(50)).await;
-        let (lb, _) = start_balancer(config(
+        let (lb, _) = common::start_balancer(config(
             &[("a", a, 1), ("b", b, 1), ("c", c, 1)],
             Strategy::Least,
         ))
@@ -353,7 +341,7 @@ async fn health_checks_remove_after_fall_and_restore_after_rise() {
             expect_body: None,
         });
         cfg.slow_start = Duration::from_secs(30);
-        let (lb, balancer) = start_balancer(cfg).await;
+        let (lb, balancer) = common::start_balancer(cfg).await;
         backend_b.set_healthy(false);
         until(5, "b marked down", || {
             transitions(&balancer, "b").len() == 1
@@ -399,7 +387,7 @@ async fn passive_marking_takes_out_a_refusing_backend_and_retries_hide_it() {
         let mut cfg = config(&[("a", a, 1), ("dead", dead, 1)], Strategy::Rr);
         cfg.max_fails = 1;
         cfg.retries = 1;
-        let (lb, balancer) = start_balancer(cfg).await;
+        let (lb, balancer) = common::start_balancer(cfg).await;
         for _ in 0..6 {
             let r = http(lb, "GET", "/", "", &[]).await;
             assert_eq!((r.status, r.header("x-backend")), (200, Some("a")));
@@ -616,7 +604,7 @@ async fn balancer_and_backend_speak_http2_and_drain_through_the_admin_route() {
         let (a, _) = start_backend("a", |_| {}).await;
         let (b, _) = start_backend("b", |_| {}).await;
         let (lb, balancer) =
-            start_balancer(config(&[("a", a, 1), ("b", b, 1)], Strategy::Rr)).await;
+            common::start_balancer(config(&[("a", a, 1), ("b", b, 1)], Strategy::Rr)).await;
         let h2 = common::curl(
             &format!("http://{a}/"),
             &["--http2-prior-knowledge", "-D", "/dev/stderr"],

@@ -182,6 +182,14 @@ pub struct BalancerArgs {
     /// Seed for random2.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// What it speaks to the backends: h1 (pooled keep-alive), h2c (HTTP/2 in
+    /// clear), h2 (HTTP/2 over TLS by ALPN).
+    #[arg(long, default_value = "h1", value_name = "h1|h2c|h2")]
+    pub backend_protocol: crate::lab::balancer::BackendProtocol,
+    /// h2: trust backends' certificates signed by this CA (PEM), e.g. a snag
+    /// backend's --tls-generate file; default: the system's roots.
+    #[arg(long, value_name = "FILE")]
+    pub backend_ca: Option<std::path::PathBuf>,
 }
 
 /// `snag load`.

@@ -79,6 +79,8 @@ pub async fn balancer(args: BalancerArgs, shutdown: Shutdown) -> anyhow::Result<
         retries: args.retries,
         timeout: args.timeout,
         seed,
+        protocol: args.backend_protocol,
+        backend_ca: args.backend_ca,
     };
     let names: Vec<String> = config
         .backends
@@ -91,6 +93,7 @@ pub async fn balancer(args: BalancerArgs, shutdown: Shutdown) -> anyhow::Result<
         config.strategy,
         names.join(" ")
     );
-    balancer::serve(listener, balancer::Balancer::new(config), shutdown).await;
+    let balancer = balancer::Balancer::new(config).map_err(anyhow::Error::msg)?;
+    balancer::serve(listener, balancer, shutdown).await;
     Ok(())
 }

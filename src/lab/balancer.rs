@@ -4,32 +4,27 @@
 //! `x-backend` header on every response and `/lb-stats` with every state change.
 //!
 //! Clients speak HTTP/1.1 or HTTP/2 (prior knowledge); backends are reached over
-//! pooled keep-alive HTTP/1.1. Health checks open a new connection each, as HAProxy's
+//! pooled keep-alive HTTP/1.1, or HTTP/2 in clear or over TLS ([`client`]), where a
+//! GOAWAY or REFUSED_STREAM is handled as HTTP/2 means it: new streams go on a new
+//! connection, a stream the backend declared unprocessed is sent again (whatever its
+//! method), and none of it counts as the backend failing. Health checks open a new connection each, as HAProxy's
 //! and nginx's do, to the backend's `check` address when it has one: that is how a
 //! case puts the probe path through its own interposer.
 
+mod client;
 mod config;
 mod health;
 mod pool;
 pub mod select;
 mod serving;
 
-use std::{
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::TokioExecutor,
-};
 use tokio::{net::TcpListener, time::Instant};
 
 use self::pool::Pool;
 pub use self::{
-    config::{BackendSpec, Config, HashKey, HealthCheck},
+    config::{BackendProtocol, BackendSpec, Config, HashKey, HealthCheck},
     pool::{State, Transition},
 };
 use crate::shutdown::Shutdown;
@@ -40,25 +35,21 @@ pub struct Balancer {
     config: Config,
     started: Instant,
     pool: Mutex<Pool>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: client::Backends,
 }
 
 impl Balancer {
-    /// A balancer with every backend up.
-    pub fn new(config: Config) -> Arc<Balancer> {
+    /// A balancer with every backend up; `Err` says why its TLS to the backends
+    /// cannot be set up.
+    pub fn new(config: Config) -> Result<Arc<Balancer>, String> {
         let started = Instant::now();
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(config.timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
-        Arc::new(Balancer {
+        let client = client::backends(&config)?;
+        Ok(Arc::new(Balancer {
             started,
             pool: Mutex::new(Pool::new(&config, started)),
             client,
             config,
-        })
+        }))
     }
 
     /// How it was configured.
@@ -115,6 +106,12 @@ impl Balancer {
             "requests": pool.requests,
             "no_backend": pool.no_backend,
             "retries": pool.retries,
+            "protocol": match self.config.protocol {
+                BackendProtocol::H1 => "h1",
+                BackendProtocol::H2c => "h2c",
+                BackendProtocol::H2 => "h2",
+            },
+            "unprocessed_replays": pool.replays,
             "health_checks": self.config.health.as_ref().map(|h| serde_json::json!({
                 "interval_ms": h.interval.as_secs_f64() * 1000.0,
                 "timeout_ms": h.timeout.as_secs_f64() * 1000.0,

@@ -94,15 +94,6 @@ async fn exchange(
         Class::Data
     };
     counters.request(counted, proxy.draining().is_some());
-    for name in &proxy.config().id_headers {
-        if let Some(id) = req
-            .headers()
-            .get(name.as_str())
-            .and_then(|v| v.to_str().ok())
-        {
-            counters.transaction(id);
-        }
-    }
     if req.version() == Version::HTTP_2 {
         conn.h2.store(true, std::sync::atomic::Ordering::Relaxed);
     }
@@ -261,6 +252,15 @@ async fn respond(
         }
     }
     let req = Request::from_parts(head, body);
+    // Transaction ids count when the request goes upstream: a duplicate is one the
+    // backend got twice, not one a fault answered or a GOAWAY left unprocessed.
+    let ids: Vec<String> = proxy
+        .config()
+        .id_headers
+        .iter()
+        .filter_map(|name| req.headers().get(name.as_str())?.to_str().ok())
+        .map(str::to_string)
+        .collect();
     let h2 = req.version() == Version::HTTP_2;
     let route = conn.legs.upstreams.route(proxy, req.version());
     let outbound = match outbound(req, &route) {
@@ -272,10 +272,13 @@ async fn respond(
     let Some(processing) = forwarding else {
         return unprocessed(conn, cx.stream).await;
     };
+    for id in &ids {
+        proxy.counters().transaction(id);
+    }
     let response = match route.client.request(outbound).await {
         Ok(r) => r,
         Err(err) => {
-            let mut why = causes(&err);
+            let mut why = crate::causes(&err);
             if route
                 .answered_http1
                 .load(std::sync::atomic::Ordering::Relaxed)
@@ -381,21 +384,6 @@ fn outbound(req: Request<Incoming>, route: &Route) -> Result<Request<Incoming>, 
         parts.headers.insert(header::HOST, host);
     }
     Ok(Request::from_parts(parts, body))
-}
-
-/// An error and its causes, each once, joined by `: `.
-fn causes(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let next = cause.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Removes the headers that describe one hop (RFC 9110 §7.6.1), and those the

@@ -368,3 +368,60 @@ pub fn charts_drawn(html: &std::path::Path) -> (u32, u32) {
     let (drawn, lines) = mark.split_once('/').expect("drawn/all");
     (drawn.parse().unwrap(), lines.parse().unwrap())
 }
+
+/// What tshark prints for `args` over the capture at `path`; it must not complain.
+pub fn tshark(path: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("tshark is installed (scripts/install-deps.sh)");
+    let stderr = String::from_utf8_lossy(&out.stderr).replace(
+        "Running as user \"root\" and group \"root\". This could be dangerous.",
+        "",
+    );
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "tshark {args:?}: {stderr}"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Each commented frame's source port and comment, as tshark reads them.
+pub fn tshark_comments(path: &std::path::Path) -> Vec<(u16, String)> {
+    tshark(
+        path,
+        &[
+            "-Y",
+            "frame.comment",
+            "-T",
+            "fields",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "frame.comment",
+        ],
+    )
+    .lines()
+    .filter_map(|l| {
+        let (port, comment) = l.split_once('\t')?;
+        Some((port.parse().ok()?, comment.to_string()))
+    })
+    .collect()
+}
+
+/// The built-in balancer with `config`, on a loopback port, until the test ends.
+pub async fn start_balancer(
+    config: snag::lab::balancer::Config,
+) -> (SocketAddr, Arc<snag::lab::balancer::Balancer>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let balancer = snag::lab::balancer::Balancer::new(config).unwrap();
+    tokio::spawn(snag::lab::balancer::serve(
+        listener,
+        balancer.clone(),
+        snag::shutdown::Shutdown::never(),
+    ));
+    (addr, balancer)
+}

@@ -169,7 +169,7 @@ impl Bench {
         let mut config = self.balancer_config();
         tune(&mut config);
         let addr = listener.local_addr()?;
-        let balancer = Balancer::new(config);
+        let balancer = Balancer::new(config).map_err(anyhow::Error::msg)?;
         let stop = self.shutdown.child();
         tokio::spawn(balancer::serve(listener, balancer.clone(), stop.clone()));
         self.balancers.push(BalancerHandle {
@@ -234,7 +234,7 @@ impl Bench {
                     }
                 }
             };
-            let balancer = Balancer::new(config);
+            let balancer = Balancer::new(config).map_err(anyhow::Error::msg)?;
             tokio::spawn(balancer::serve(listener, balancer.clone(), token.clone()));
             Ok(Restarted::Builtin(BalancerHandle {
                 addr,

@@ -108,6 +108,30 @@ pub struct HealthCheck {
     pub expect_body: Option<String>,
 }
 
+/// What the balancer speaks to its backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendProtocol {
+    /// HTTP/1.1 in clear, pooled keep-alive connections.
+    #[default]
+    H1,
+    /// HTTP/2 in clear (prior knowledge), streams on few connections.
+    H2c,
+    /// HTTP/2 over TLS, agreed by ALPN.
+    H2,
+}
+
+impl FromStr for BackendProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<BackendProtocol, String> {
+        match s {
+            "h1" => Ok(BackendProtocol::H1),
+            "h2c" => Ok(BackendProtocol::H2c),
+            "h2" => Ok(BackendProtocol::H2),
+            _ => Err(format!("{s:?}: expected h1, h2c or h2")),
+        }
+    }
+}
+
 /// How the balancer behaves.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -133,6 +157,11 @@ pub struct Config {
     pub timeout: Duration,
     /// Seeds `random2`.
     pub seed: u64,
+    /// What it speaks to the backends.
+    pub protocol: BackendProtocol,
+    /// `h2`: trust backends' certificates signed by this CA (PEM); default: the
+    /// system's roots.
+    pub backend_ca: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -150,6 +179,8 @@ impl Config {
             retries: 0,
             timeout: Duration::from_secs(10),
             seed,
+            protocol: BackendProtocol::H1,
+            backend_ca: None,
         }
     }
 }

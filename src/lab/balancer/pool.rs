@@ -87,6 +87,9 @@ pub struct Pool {
     pub no_backend: u64,
     /// Retries on another backend.
     pub retries: u64,
+    /// Requests sent again because HTTP/2 said the backend never processed them
+    /// (above a GOAWAY's last-stream-id, or REFUSED_STREAM).
+    pub replays: u64,
 }
 
 impl Pool {
@@ -130,6 +133,7 @@ impl Pool {
             requests: 0,
             no_backend: 0,
             retries: 0,
+            replays: 0,
         }
     }
 

@@ -16,7 +16,7 @@ use hyper::{
     header::{self, HeaderName, HeaderValue},
 };
 
-use super::{Balancer, HashKey, select::Strategy};
+use super::{BackendProtocol, Balancer, HashKey, client, select::Strategy};
 
 type Reply = Response<BoxBody<Bytes, hyper::Error>>;
 
@@ -72,22 +72,32 @@ pub(super) async fn handle(
     let mut tried = vec![false; n];
     let mut last: Option<(usize, StatusCode, String)> = None;
     balancer.lock().requests += 1;
-    for attempt in 0..=balancer.config.retries {
+    let scheme = if balancer.config.protocol == BackendProtocol::H2 {
+        "https"
+    } else {
+        "http"
+    };
+    let (mut attempt, mut replays) = (0, 0);
+    while attempt <= balancer.config.retries {
         let Some(index) = balancer.choose(key.as_deref(), &tried) else {
             break;
         };
         if attempt > 0 {
             balancer.lock().retries += 1;
         }
+        attempt += 1;
         tried[index] = true;
         let spec = &balancer.config.backends[index];
         let mut upstream = Request::builder().method(parts.method.clone()).uri(format!(
-            "http://{}{}",
+            "{scheme}://{}{}",
             spec.addr,
             parts.uri.path_and_query().map_or("/", |p| p.as_str())
         ));
         for (name, value) in &parts.headers {
-            if !HOP_BY_HOP.contains(name) {
+            // HTTP/2 has no connection-specific headers at all (RFC 9113 §8.2.2).
+            let h1_only =
+                balancer.config.protocol != BackendProtocol::H1 && H1_ONLY.contains(&name.as_str());
+            if !HOP_BY_HOP.contains(name) && !h1_only {
                 upstream = upstream.header(name, value);
             }
         }
@@ -114,10 +124,19 @@ pub(super) async fn handle(
                 };
                 return Response::from_parts(head, body.boxed());
             }
+            Ok(Err(err)) if replays < MAX_REPLAYS && client::unprocessed(&err) => {
+                // Never processed: the same request again, to any backend, and no
+                // mark against this one (its connection is ending, not failing).
+                balancer.done(index);
+                replays += 1;
+                attempt -= 1;
+                tried[index] = false;
+                balancer.lock().replays += 1;
+            }
             Ok(Err(err)) => {
                 balancer.done(index);
                 let connect = err.is_connect();
-                let why = format!("{err:#}");
+                let why = crate::causes(&err);
                 balancer.failed(index, &why);
                 last = Some((index, StatusCode::BAD_GATEWAY, why));
                 if !(connect || idempotent) {
@@ -154,6 +173,13 @@ pub(super) async fn handle(
         }
     }
 }
+
+/// How many times one request goes again after HTTP/2 said it was not processed:
+/// enough for a backend rotating connections, not a loop against one refusing all.
+const MAX_REPLAYS: u32 = 3;
+
+/// HTTP/1.1's framing and connection headers that HTTP/2 forbids besides those.
+const H1_ONLY: [&str; 3] = ["transfer-encoding", "keep-alive", "proxy-connection"];
 
 /// Headers that belong to one connection, not to the request.
 const HOP_BY_HOP: [HeaderName; 6] = [
