@@ -66,48 +66,6 @@ fn segments(path: &Path) -> Vec<Segment> {
 }
 
 /// A scratch folder for one test, and a capture (all of every frame) in it.
-/// What tshark prints for `args` over the capture at `path`; it must not complain.
-fn tshark(path: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("tshark")
-        .arg("-r")
-        .arg(path)
-        .args(args)
-        .output()
-        .expect("tshark is installed (scripts/install-deps.sh)");
-    let stderr = String::from_utf8_lossy(&out.stderr).replace(
-        "Running as user \"root\" and group \"root\". This could be dangerous.",
-        "",
-    );
-    assert!(
-        out.status.success() && stderr.trim().is_empty(),
-        "tshark {args:?}: {stderr}"
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Each commented frame's source port and comment, as tshark reads them.
-fn tshark_comments(path: &Path) -> Vec<(u16, String)> {
-    tshark(
-        path,
-        &[
-            "-Y",
-            "frame.comment",
-            "-T",
-            "fields",
-            "-e",
-            "tcp.srcport",
-            "-e",
-            "frame.comment",
-        ],
-    )
-    .lines()
-    .filter_map(|l| {
-        let (port, comment) = l.split_once('\t')?;
-        Some((port.parse().ok()?, comment.to_string()))
-    })
-    .collect()
-}
-
 fn capture_in(test: &str, file: &str) -> (std::path::PathBuf, std::path::PathBuf, Arc<Capture>) {
     let dir = std::env::temp_dir().join(format!("snag-test-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -216,7 +174,7 @@ async fn both_legs_reassemble_to_the_bytes_relayed_and_resets_are_annotated() {
 
         // tshark reads it without a complaint, sees four conversations (two legs of two
         // connections), the comments, and the same bytes when it follows the stream.
-        let run = |args: &[&str]| tshark(&path, args);
+        let run = |args: &[&str]| common::tshark(&path, args);
         let conv = run(&["-q", "-z", "conv,tcp"]);
         assert_eq!(
             conv.lines().filter(|l| l.contains("<->")).count(),
@@ -511,7 +469,7 @@ async fn a_tcp_frame_names_only_the_faults_that_acted_on_it() {
 
         // Seen by tshark: the untouched echo carries no comment; the cut piece and the
         // FIN after it name limit_data alone.
-        let comments = tshark_comments(&path);
+        let comments = common::tshark_comments(&path);
         let from_snag: Vec<&String> = comments
             .iter()
             .filter(|(port, _)| *port == addr.port())
@@ -583,7 +541,7 @@ async fn http_faults_name_the_packets_they_touched_and_count_what_they_hit() {
         task.await.unwrap().unwrap();
         capture.close().unwrap();
 
-        let comments = tshark_comments(&path);
+        let comments = common::tshark_comments(&path);
         let from_snag = |name: &str| {
             comments
                 .iter()

@@ -204,28 +204,13 @@ async fn the_relay_captures_the_client_leg_as_it_left_with_both_kinds_of_comment
         stop.trigger();
         task.await.unwrap().unwrap();
         capture.close().unwrap();
-        let out = std::process::Command::new("tshark")
-            .arg("-r")
-            .arg(&path)
-            .args([
-                "-Y",
-                "frame.comment",
-                "-T",
-                "fields",
-                "-e",
-                "tcp.srcport",
-                "-e",
-                "frame.comment",
-            ])
-            .output()
-            .expect("tshark is installed (scripts/install-deps.sh)");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let answer = text
-            .lines()
-            .find(|l| l.contains("http_status_downstream"))
-            .unwrap_or_else(|| panic!("{text}"));
-        assert!(answer.starts_with(&proxy.port().to_string()), "{text}");
-        assert!(answer.contains("latency_downstream"), "{text}");
+        let comments = common::tshark_comments(&path);
+        let (port, answer) = comments
+            .iter()
+            .find(|(_, c)| c.contains("http_status_downstream"))
+            .unwrap_or_else(|| panic!("{comments:?}"));
+        assert_eq!(*port, proxy.port(), "{comments:?}");
+        assert!(answer.contains("latency_downstream"), "{comments:?}");
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await;

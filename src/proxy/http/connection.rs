@@ -158,7 +158,16 @@ pub async fn handle(
     let staged = faults.borrow().iter().any(|f| f.kind.is_stage());
     if !staged {
         let socket = socket::Shared::new(stream);
-        return http(socket, proxy, faults, control, legs, class, number).await;
+        return http(
+            socket,
+            proxy,
+            faults,
+            control,
+            legs,
+            class,
+            ClientLeg::Here(number),
+        )
+        .await;
     }
     let (socket, mut pipe) = socket::Shared::pipe();
     let mut client = stream;
@@ -193,14 +202,14 @@ pub async fn handle(
         drop((client, pipe));
         outcome
     };
-    let served = serve_piped(
+    let served = http(
         socket,
         proxy.clone(),
         faults.clone(),
         control.clone(),
         legs,
         class,
-        notes,
+        ClientLeg::Relayed(notes),
     );
     let (outcome, ()) = tokio::join!(relayed, served);
     if outcome.fault_reset {
@@ -212,30 +221,15 @@ pub async fn handle(
     }
 }
 
-/// HTTP over the pipe the relay feeds: no capture of its own (the relay has the
-/// client leg), but the comments for it.
-async fn serve_piped(
-    socket: socket::Shared,
-    proxy: Arc<Proxy>,
-    faults: Faults,
-    control: Arc<Control>,
-    legs: Arc<Legs>,
-    class: Scope,
-    notes: Option<Arc<Notes>>,
-) {
-    let conn = conn(
-        proxy,
-        faults.clone(),
-        legs,
-        socket.clone(),
-        class,
-        None,
-        notes,
-    );
-    over_tls(Tapped::plain(socket), conn, control, faults, class).await
+/// Where the client leg is captured.
+enum ClientLeg {
+    /// Here, as connection `number` of the proxy, if a capture is on.
+    Here(u64),
+    /// By the relay that feeds the pipe hyper reads; it takes these comments.
+    Relayed(Option<Arc<Notes>>),
 }
 
-/// HTTP straight on the client's socket, captured here if a capture is on.
+/// HTTP on the client's socket or on the relay's pipe.
 async fn http(
     socket: socket::Shared,
     proxy: Arc<Proxy>,
@@ -243,29 +237,34 @@ async fn http(
     control: Arc<Control>,
     legs: Arc<Legs>,
     class: Scope,
-    number: u64,
+    leg: ClientLeg,
 ) {
-    let ends = socket.ends();
-    // Captured as a client leg of its own: upstream connections are pooled and shared.
-    let tap = proxy
-        .tap()
-        .map(|tx| (tx, capture::key(&proxy.name, number)));
-    let notes = tap.as_ref().map(|_| Arc::new(Notes::default()));
-    let stream = match (&tap, ends) {
-        (Some((tx, key)), Some(ends)) => {
-            let _ = tx
-                .send(Record::OpenLeg {
-                    conn: *key,
-                    leg: CLIENT_LEG,
-                    ends,
-                    at: capture::now(),
-                })
-                .await;
-            let notes = notes.clone().unwrap_or_default();
-            Tapped::new(socket.clone(), tx.clone(), *key, CLIENT_LEG, Peer::Acceptor)
-                .with_notes(notes)
+    let (stream, tap, notes) = match leg {
+        ClientLeg::Relayed(notes) => (Tapped::plain(socket.clone()), None, notes),
+        ClientLeg::Here(number) => {
+            // A client leg of its own: upstream connections are pooled and shared.
+            let tap = proxy
+                .tap()
+                .map(|tx| (tx, capture::key(&proxy.name, number)));
+            let notes = tap.as_ref().map(|_| Arc::new(Notes::default()));
+            let stream = match (&tap, socket.ends()) {
+                (Some((tx, key)), Some(ends)) => {
+                    let _ = tx
+                        .send(Record::OpenLeg {
+                            conn: *key,
+                            leg: CLIENT_LEG,
+                            ends,
+                            at: capture::now(),
+                        })
+                        .await;
+                    let notes = notes.clone().unwrap_or_default();
+                    Tapped::new(socket.clone(), tx.clone(), *key, CLIENT_LEG, Peer::Acceptor)
+                        .with_notes(notes)
+                }
+                _ => Tapped::plain(socket.clone()),
+            };
+            (stream, tap, notes)
         }
-        _ => Tapped::plain(socket.clone()),
     };
     let conn = conn(proxy, faults.clone(), legs, socket, class, tap, notes);
     over_tls(stream, conn, control, faults, class).await
