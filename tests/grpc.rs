@@ -38,6 +38,18 @@ async fn client(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
+/// `snag load ARGS --json`: its report.
+async fn load_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["load"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let mut command = common::process::snag(&all);
+    command.stderr(Stdio::null());
+    let (code, out) = Process::run(command, 30).await;
+    assert_eq!(code, 0, "snag {all:?}: {out}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
 /// An HTTP proxy with `faults`, h2c to `upstream`.
 async fn grpc_proxy(
     upstream: SocketAddr,
@@ -196,6 +208,14 @@ async fn snag_backend_serves_grpc_health_and_a_unary_call_over_tls_and_h2c() {
             client(&["call", &target, "/snag.Backend/Echo", "still", ca]).await["reply"],
             "g:still"
         );
+        // snag load makes the same calls, over TLS by ALPN h2.
+        let url = format!("https://localhost:{}/snag.Backend/Echo", tls.port());
+        let load = load_json(&[&url, "--grpc", "--cacert", ca, "-n", "20", "-c", "2"]).await;
+        assert_eq!(
+            (load["sent"].as_u64(), load["ok"].as_u64()),
+            (Some(20), Some(20)),
+            "{load}"
+        );
         // In clear it speaks h2c to gRPC clients (prior knowledge).
         let (clear, _c) = start(vec!["--dependency-broken".into()]).await;
         let target = clear.to_string();
@@ -204,6 +224,9 @@ async fn snag_backend_serves_grpc_health_and_a_unary_call_over_tls_and_h2c() {
             client(&["call", &target, "/snag.Backend/Echo", "x"]).await["code"],
             "UNAVAILABLE"
         );
+        let url = format!("http://{target}/snag.Backend/Echo");
+        let load = load_json(&[&url, "--grpc", "-n", "10"]).await;
+        assert_eq!(load["errors_by_kind"]["grpc 14"], 10, "{load}");
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await;

@@ -255,6 +255,10 @@ pub struct LoadArgs {
     /// (only h2 is offered then); requests are streams.
     #[arg(long)]
     pub http2: bool,
+    /// Each request a unary gRPC call to the URL's path (e.g. /snag.Backend/Echo),
+    /// over HTTP/2, with --body as its message; a non-zero grpc-status is an error.
+    #[arg(long)]
+    pub grpc: bool,
     /// https://: trust the server's certificate if this CA (PEM) signed it; default:
     /// the system's roots.
     #[arg(long, value_name = "FILE")]

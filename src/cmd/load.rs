@@ -85,7 +85,11 @@ async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {
             insecure: args.insecure,
             sni: None,
         };
-        let alpn: &[&[u8]] = if args.http2 { &[b"h2"] } else { &[b"http/1.1"] };
+        let alpn: &[&[u8]] = if args.http2 || args.grpc {
+            &[b"h2"]
+        } else {
+            &[b"http/1.1"]
+        };
         Some(crate::tls::client(&trust, alpn, None).map_err(|e| usage(format!("TLS: {e}")))?)
     } else {
         None
@@ -109,7 +113,8 @@ async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {
     plan.retry_delay = args.retry_delay;
     plan.txn_header = args.txn_header;
     plan.new_connection = args.new_connection;
-    plan.http2 = args.http2;
+    plan.http2 = args.http2 || args.grpc;
+    plan.grpc = args.grpc;
     plan.tls = tls;
     plan.expect_body = args.expect_body;
     plan.stats_url = stats_url;
@@ -187,7 +192,7 @@ impl Row {
             "timeout",
             "refused",
             "reset",
-            "http",
+            "status",
             "other",
             "gen",
             "retry",
@@ -210,7 +215,7 @@ impl Row {
             count(e, |k| k == Kind::Timeout),
             count(e, |k| k == Kind::Refused),
             count(e, |k| k == Kind::Reset),
-            count(e, |k| matches!(k, Kind::Status(_))),
+            count(e, |k| matches!(k, Kind::Status(_) | Kind::Grpc(_))),
             count(e, |k| matches!(
                 k,
                 Kind::Closed | Kind::Body | Kind::BadBody | Kind::Tls | Kind::Other

@@ -338,12 +338,19 @@ async fn exchange(plan: &Plan, slot: &mut Option<Conn>, seq: u64, session: Optio
             .map(str::to_owned)
     };
     let (backend, instance) = (name("x-backend"), name("x-instance"));
+    // A trailers-only gRPC answer carries its status in the head.
+    let head_status = name("grpc-status");
     let closing = response
         .headers()
         .get(header::CONNECTION)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
-    let body = match response.into_body().collect().await {
-        Ok(body) => body.to_bytes(),
+    let (body, grpc_status) = match response.into_body().collect().await {
+        Ok(body) => {
+            let from_trailers = body
+                .trailers()
+                .and_then(|t| t.get("grpc-status")?.to_str().ok().map(str::to_owned));
+            (body.to_bytes(), from_trailers.or(head_status))
+        }
         Err(err) => {
             *slot = None;
             let kind = match Kind::of_hyper(&err) {
@@ -358,6 +365,12 @@ async fn exchange(plan: &Plan, slot: &mut Option<Conn>, seq: u64, session: Optio
     }
     let kind = if !status.is_success() {
         Some(Kind::Status(status.as_u16()))
+    } else if plan.grpc {
+        // No status at all is INTERNAL, as gRPC's own clients take it.
+        match grpc_status.and_then(|c| c.parse::<u8>().ok()).unwrap_or(13) {
+            0 => None,
+            code => Some(Kind::Grpc(code)),
+        }
     } else if plan
         .expect_body
         .as_ref()
@@ -439,8 +452,17 @@ fn build(plan: &Plan, seq: u64, session: Option<u64>) -> Request<Full<Bytes>> {
             .uri(plan.target.path.as_str())
             .header(header::HOST, plan.target.host.as_str())
     }
-    .method(plan.method.clone())
+    .method(if plan.grpc {
+        hyper::Method::POST
+    } else {
+        plan.method.clone()
+    })
     .header(header::USER_AGENT, "snag-load");
+    if plan.grpc {
+        request = request
+            .header(header::CONTENT_TYPE, "application/grpc")
+            .header(header::TE, "trailers");
+    }
     for (name, value) in &plan.headers {
         request = request.header(name, value);
     }
@@ -456,7 +478,12 @@ fn build(plan: &Plan, seq: u64, session: Option<u64>) -> Request<Full<Bytes>> {
             None => request,
         };
     }
+    let body = if plan.grpc {
+        crate::fault::http::grpc::frame(&plan.body)
+    } else {
+        plan.body.clone()
+    };
     request
-        .body(Full::new(plan.body.clone()))
+        .body(Full::new(body))
         .expect("method, headers and path were validated when the plan was made")
 }

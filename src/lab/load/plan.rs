@@ -198,6 +198,9 @@ pub struct Plan {
     /// Speak HTTP/2: with prior knowledge in clear, agreed by ALPN over TLS; each
     /// connection carries its requests as streams.
     pub http2: bool,
+    /// Each request is a unary gRPC call to the target's path (HTTP/2, POST, the
+    /// body as its one message); a non-zero `grpc-status` is an error.
+    pub grpc: bool,
     /// TLS to an `https://` target, offering `h2` (with `http2`) or `http/1.1`.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// A 2xx whose body lacks this text is a bad-body error.
@@ -230,6 +233,7 @@ impl Plan {
             txn_header: None,
             new_connection: false,
             http2: false,
+            grpc: false,
             tls: None,
             expect_body: None,
             stats_url: None,

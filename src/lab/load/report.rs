@@ -19,6 +19,8 @@ pub enum Kind {
     Closed,
     /// A response with a status outside 2xx.
     Status(u16),
+    /// A gRPC call answered with this non-zero `grpc-status`.
+    Grpc(u8),
     /// The body broke off.
     Body,
     /// A 2xx whose body lacks the expected text.
@@ -102,6 +104,7 @@ impl fmt::Display for Kind {
             Kind::Reset => f.write_str("reset"),
             Kind::Closed => f.write_str("closed"),
             Kind::Status(code) => write!(f, "http {code}"),
+            Kind::Grpc(code) => write!(f, "grpc {code}"),
             Kind::Body => f.write_str("body"),
             Kind::BadBody => f.write_str("bad body"),
             Kind::Ports => f.write_str("ports exhausted (generator)"),

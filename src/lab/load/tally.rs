@@ -42,7 +42,12 @@ impl Outcome {
         self.error.is_some_and(|k| {
             !matches!(
                 k,
-                Kind::Status(_) | Kind::BadBody | Kind::Overload | Kind::Descriptors | Kind::Tls
+                Kind::Status(_)
+                    | Kind::Grpc(_)
+                    | Kind::BadBody
+                    | Kind::Overload
+                    | Kind::Descriptors
+                    | Kind::Tls
             )
         })
     }
