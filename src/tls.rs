@@ -46,6 +46,30 @@ pub enum ListenTls {
     },
 }
 
+impl ListenTls {
+    /// What the command line's `--tls-cert FILE --tls-key FILE` or `--tls-generate
+    /// CA_FILE [--tls-name NAME]…` ask for, if anything (clap has checked they go
+    /// together).
+    pub fn from_flags(
+        cert: Option<&PathBuf>,
+        key: Option<&PathBuf>,
+        generate: Option<&PathBuf>,
+        names: &[String],
+    ) -> Option<ListenTls> {
+        match (cert, key, generate) {
+            (Some(cert), Some(key), _) => Some(ListenTls::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (_, _, Some(ca_out)) => Some(ListenTls::Generated {
+                ca_out: ca_out.clone(),
+                names: names.to_vec(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// How snag speaks TLS to its upstream.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct UpstreamTls {

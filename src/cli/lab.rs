@@ -98,17 +98,12 @@ pub struct BackendArgs {
 impl BackendArgs {
     /// The TLS the flags ask for, if any.
     pub fn tls(&self) -> Option<crate::tls::ListenTls> {
-        match (&self.tls_cert, &self.tls_key, &self.tls_generate) {
-            (Some(cert), Some(key), _) => Some(crate::tls::ListenTls::Files {
-                cert: cert.clone(),
-                key: key.clone(),
-            }),
-            (_, _, Some(ca_out)) => Some(crate::tls::ListenTls::Generated {
-                ca_out: ca_out.clone(),
-                names: self.tls_names.clone(),
-            }),
-            _ => None,
-        }
+        crate::tls::ListenTls::from_flags(
+            self.tls_cert.as_ref(),
+            self.tls_key.as_ref(),
+            self.tls_generate.as_ref(),
+            &self.tls_names,
+        )
     }
 }
 

@@ -321,17 +321,12 @@ impl ProxyArgs {
             config.set_id_headers(&self.id_headers);
         }
         config.instance = self.instance.clone();
-        config.tls = match (&self.tls_cert, &self.tls_key, &self.tls_generate) {
-            (Some(cert), Some(key), _) => Some(ListenTls::Files {
-                cert: cert.clone(),
-                key: key.clone(),
-            }),
-            (_, _, Some(ca_out)) => Some(ListenTls::Generated {
-                ca_out: ca_out.clone(),
-                names: self.tls_names.clone(),
-            }),
-            _ => None,
-        };
+        config.tls = ListenTls::from_flags(
+            self.tls_cert.as_ref(),
+            self.tls_key.as_ref(),
+            self.tls_generate.as_ref(),
+            &self.tls_names,
+        );
         config.upstream_protocol = self.upstream_protocol;
         let upstream_tls = self.upstream_tls
             || self.upstream_sni.is_some()
