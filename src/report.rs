@@ -125,8 +125,10 @@ pub struct CaseReport {
     pub elapsed_s: f64,
     /// The seed of every random choice.
     pub seed: u64,
-    /// `builtin`, `haproxy` or `nginx`.
+    /// `builtin`, or the driver's product name.
     pub balancer_under_test: String,
+    /// Each real balancer the case started (a restart is a second one).
+    pub products: Vec<crate::lab::driver::ProductRun>,
     /// What else the machine did while the case ran, where `/proc` says.
     pub host: Option<crate::host::Load>,
     /// How late each backend's delays ended (backends that slept at all).
@@ -217,6 +219,14 @@ impl CaseReport {
             let _ = writeln!(out, "   note  {note}");
         }
         let _ = writeln!(out, "   reference  {}", self.reference);
+        for p in self.products.iter().take(1) {
+            let _ = writeln!(
+                out,
+                "   product  {} ({}), configuration in the JSON report",
+                p.version.as_deref().unwrap_or(&p.name),
+                p.driver
+            );
+        }
         if let Some(host) = &self.host {
             let _ = writeln!(out, "   host  {}", host.describe());
         }

@@ -29,7 +29,7 @@ use crate::{
     lab::{
         backend::{self, Backend},
         balancer::{self, BackendSpec, Balancer},
-        driver::{External, Product, Unsupported},
+        driver::{External, Feature, Product, Unsupported},
         load::{self, Plan, Target},
     },
     proxy::{Mode, Proxy, RunContext},
@@ -90,6 +90,7 @@ impl Bench {
                 elapsed_s: 0.0,
                 seed,
                 balancer_under_test: product.name().into(),
+                products: Vec::new(),
                 host: None,
                 backends_overslept: Vec::new(),
                 host_evidence: Vec::new(),
@@ -116,7 +117,7 @@ impl Bench {
     pub fn sub(&self) -> Bench {
         Bench::new(
             self.case,
-            self.product,
+            self.product.clone(),
             self.seed,
             self.quick,
             self.shutdown.child(),
@@ -147,8 +148,8 @@ impl Bench {
     }
 
     /// The balancer under test.
-    pub fn product(&self) -> Product {
-        self.product
+    pub fn product(&self) -> &Product {
+        &self.product
     }
 
     /// `seconds` of the full case, shortened by `--quick`.

@@ -33,10 +33,19 @@ pub struct SoakArgs {
 pub struct CaseArgs {
     /// `list`, `all`, or case names separated by commas (e.g. share-rr,sticky).
     pub name: String,
-    /// The balancers under test: builtin, haproxy, nginx, or several separated by
-    /// commas; every case runs against each.
+    /// The balancers under test, separated by commas; every case runs against each:
+    /// builtin, haproxy, nginx, caddy, traefik (drivers in balancers/), a driver
+    /// file of your own (./mine.toml), or external (one you start: the case prints
+    /// where to point it and waits for it on --external-url).
     #[arg(long, default_value = "builtin", value_delimiter = ',')]
     pub balancer: Vec<crate::lab::driver::Product>,
+    /// With --balancer external: where the cases' load reaches it.
+    #[arg(long, default_value = "http://127.0.0.1:8080/")]
+    pub external_url: String,
+    /// With --balancer external: how long a case waits for it to answer from the
+    /// backends it printed.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    pub external_wait: Duration,
     /// Shorter runs (for CI) that keep each property meaningful.
     #[arg(long)]
     pub quick: bool,

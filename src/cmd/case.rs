@@ -1,12 +1,15 @@
 //! `snag case`: which cases against which balancers, each report as it ends, the
 //! summary, and the report files.
 
+use std::sync::Arc;
+
 use anyhow::Context;
 
 use crate::{
     UsageError,
     case::{self, Case},
     cli::CaseArgs,
+    lab::driver::{Outside, Product},
     report,
     shutdown::Shutdown,
 };
@@ -44,15 +47,28 @@ pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         say!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
         seed
     });
+    let balancers: Vec<Product> = args
+        .balancer
+        .iter()
+        .map(|p| match p {
+            Product::External(_) => Product::External(Arc::new(Outside {
+                url: args.external_url.clone(),
+                wait: args.external_wait,
+                // Where to point it, for the person running the case.
+                announce: Arc::new(|text| say!("{text}")),
+            })),
+            other => other.clone(),
+        })
+        .collect();
     let mut reports = Vec::new();
-    for product in &args.balancer {
+    for product in &balancers {
         for case in &chosen {
             if shutdown.is_triggered() {
                 break;
             }
             let report = case::run(
                 case,
-                *product,
+                product.clone(),
                 seed,
                 args.quick,
                 shutdown.child(),

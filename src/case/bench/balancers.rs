@@ -29,8 +29,21 @@ pub enum Restarted {
 pub enum Lb {
     /// snag's reference balancer, in process.
     Builtin(Arc<Balancer>),
-    /// HAProxy or nginx.
+    /// A product snag started from its driver file.
     External(Arc<External>),
+    /// A balancer someone else runs.
+    Outside,
+}
+
+fn outside(feature: Feature) -> anyhow::Error {
+    Product::External(Arc::new(crate::lab::driver::Outside {
+        url: String::new(),
+        wait: Duration::ZERO,
+        announce: Arc::new(|_| {}),
+    }))
+    .require(feature)
+    .expect_err("an outside balancer cannot be driven")
+    .into()
 }
 
 impl Lb {
@@ -42,6 +55,7 @@ impl Lb {
                 Ok(())
             }
             Lb::External(e) => e.set_draining(id, draining).await,
+            Lb::Outside => Err(outside(Feature::Drain)),
         }
     }
 
@@ -51,6 +65,7 @@ impl Lb {
         match self {
             Lb::Builtin(_) => Ok(()),
             Lb::External(e) => e.set_maintenance(id).await,
+            Lb::Outside => Err(outside(Feature::Drain)),
         }
     }
 
@@ -60,6 +75,7 @@ impl Lb {
         match self {
             Lb::Builtin(b) => b.stats()["retries"].as_u64(),
             Lb::External(e) => e.retries().await,
+            Lb::Outside => None,
         }
     }
 
@@ -67,7 +83,7 @@ impl Lb {
     pub fn builtin(&self) -> Option<&Arc<Balancer>> {
         match self {
             Lb::Builtin(b) => Some(b),
-            Lb::External(_) => None,
+            Lb::External(_) | Lb::Outside => None,
         }
     }
 }
@@ -97,7 +113,7 @@ impl Bench {
                     at_s: s.at.saturating_duration_since(self.t0).as_secs_f64(),
                     from: state_word(&s.from),
                     to: state_word(&s.to),
-                    why: format!("{} reported {}", external.product, s.to),
+                    why: format!("{} reported {}", external.driver.name, s.to),
                 })
                 .collect();
         }
@@ -128,11 +144,21 @@ impl Bench {
     ) -> anyhow::Result<(SocketAddr, Lb)> {
         let mut config = self.balancer_config();
         tune(&mut config);
-        if self.product == Product::Builtin {
+        self.product.check(&config)?;
+        let driver = match &self.product {
+            Product::Builtin => None,
+            Product::File(driver) => Some(driver.clone()),
+            Product::External(outside) => {
+                let outside = outside.clone();
+                let addr = self.await_outside(&outside, &config).await?;
+                return Ok((addr, Lb::Outside));
+            }
+        };
+        let Some(driver) = driver else {
             let listener = TcpListener::bind("127.0.0.1:0").await?;
             let (addr, balancer) = self.serve_balancer(listener, |c| *c = config)?;
             return Ok((addr, Lb::Builtin(balancer)));
-        }
+        };
         let dir = std::env::temp_dir().join(format!(
             "snag-{}-{}-{}-{}",
             std::process::id(),
@@ -140,10 +166,114 @@ impl Bench {
             self.product,
             self.t0.elapsed().as_nanos()
         ));
-        let external =
-            External::start(self.product, &config, &dir, None, self.shutdown.child()).await?;
+        let external = External::start(driver, &config, &dir, None, self.shutdown.child()).await?;
         self.externals.push(external.clone());
         Ok((external.addr, Lb::External(external)))
+    }
+
+    /// Tells the person running the case where to point their balancer and how the
+    /// case configures it, then waits until a request to its URL reaches one of this
+    /// case's interposers.
+    async fn await_outside(
+        &mut self,
+        outside: &crate::lab::driver::Outside,
+        config: &balancer::Config,
+    ) -> anyhow::Result<SocketAddr> {
+        let addr = outside.addr().await?;
+        let width = self
+            .parts
+            .iter()
+            .map(|p| p.name.len())
+            .max()
+            .unwrap_or(0)
+            .max(7);
+        let mut text = format!(
+            "{}: point your balancer at these backends, then serve {} on {}\n  {:width$}  {:21}  {}\n",
+            self.case.name,
+            crate::lab::driver::strategy_name(config.strategy),
+            outside.url,
+            "backend",
+            "data",
+            "health checks (probe listener)"
+        );
+        for p in &self.parts {
+            text += &format!(
+                "  {:width$}  {:21}  {}\n",
+                p.name,
+                p.data.to_string(),
+                p.probe
+            );
+        }
+        text += &format!(
+            "  checks: {}; passive marking: {}; retries {}; response timeout {} ms\n",
+            config
+                .health
+                .as_ref()
+                .map_or("off".to_string(), |h| format!(
+                    "{} every {} ms, timeout {} ms, rise {}, fall {}",
+                    if h.path.is_empty() {
+                        "connect"
+                    } else {
+                        &h.path
+                    },
+                    h.interval.as_millis(),
+                    h.timeout.as_millis(),
+                    h.rise,
+                    h.fall
+                )),
+            if config.max_fails == 0 {
+                "off".to_string()
+            } else {
+                format!(
+                    "{} failures in {} ms",
+                    config.max_fails,
+                    config.fail_timeout.as_millis()
+                )
+            },
+            config.retries,
+            config.timeout.as_millis()
+        );
+        text += &format!(
+            "waiting up to {} s for {} to answer from them …",
+            outside.wait.as_secs(),
+            outside.url
+        );
+        (outside.announce)(&text);
+        // The health path, which the interposers count as a probe: the case's data
+        // accounting does not see the wait.
+        let probes = |parts: &[Part]| -> u64 {
+            parts
+                .iter()
+                .map(|p| {
+                    let s = p.proxy.counters().snapshot();
+                    s.requests.get("probe").copied().unwrap_or(0)
+                })
+                .sum()
+        };
+        let health = format!("http://{addr}/health");
+        let deadline = Instant::now() + outside.wait;
+        loop {
+            let before = probes(&self.parts);
+            let answer = crate::lab::driver::http("GET", &health, "").await;
+            if matches!(answer, Ok((200, _))) && probes(&self.parts) > before {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline && !self.shutdown.is_triggered(),
+                "no request to {health} reached this case's backends within {} s (last: {})",
+                outside.wait.as_secs(),
+                match answer {
+                    Ok((status, _)) => format!("answered {status} from elsewhere"),
+                    Err(e) => format!("{e:#}"),
+                }
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.note(format!(
+            "the balancer under test ran outside snag at {}: its configuration is its operator's",
+            outside.url
+        ));
+        Ok(addr)
     }
 
     /// The balancer over the parts, before a case tunes it.
@@ -197,6 +327,7 @@ impl Bench {
             self.shutdown.child(),
             self.t0,
         );
+        self.product.require(Feature::Restart)?;
         if let Some(old) = self.externals.last().cloned() {
             let dir = std::env::temp_dir().join(format!(
                 "snag-{}-{}-{}-again-{}",
@@ -211,7 +342,8 @@ impl Bench {
                 tokio::time::sleep_until(back).await;
                 let config = old.config().clone();
                 let again =
-                    External::start(old.product, &config, &dir, Some(old.addr), token).await?;
+                    External::start(old.driver.clone(), &config, &dir, Some(old.addr), token)
+                        .await?;
                 Ok(Restarted::External(again, t0.elapsed().as_secs_f64()))
             }));
         }

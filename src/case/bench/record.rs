@@ -47,10 +47,17 @@ impl Bench {
             external.stop().await;
         }
         for external in &self.externals {
+            self.report.products.push(external.run_record());
+            for (at, what) in external.acted() {
+                self.report.events.push(Event {
+                    at_s: at.saturating_duration_since(self.t0).as_secs_f64(),
+                    what: format!("{}: {what}", external.driver.name),
+                });
+            }
             for (at, line) in external.logged() {
                 self.report.events.push(Event {
                     at_s: at.saturating_duration_since(self.t0).as_secs_f64(),
-                    what: format!("{} log: {line}", external.product),
+                    what: format!("{} log: {line}", external.driver.name),
                 });
             }
             external.clean();
@@ -93,7 +100,7 @@ impl Bench {
                     at_s: seen.at.saturating_duration_since(self.t0).as_secs_f64(),
                     what: format!(
                         "{}: {} {} → {}",
-                        external.product, seen.id, seen.from, seen.to
+                        external.driver.name, seen.id, seen.from, seen.to
                     ),
                 });
             }

@@ -80,6 +80,6 @@ pub(super) async fn lb05(b: &mut Bench) -> anyhow::Result<()> {
     for (label, r) in ["GETs", "POSTs", "HTTP/2 streams"].iter().zip(&reports) {
         b.figure(*label, summary(r));
     }
-    b.note("the built-in balancer speaks HTTP/1.1 to backends: the interposer's drain closes those connections with `Connection: close`; HAProxy and nginx are configured with HTTP/1.1 to backends too; GOAWAY on HTTP/2 is verified by tests/drain.rs with an HTTP/2 client");
+    b.note("the balancer speaks HTTP/1.1 to the backends in this case: the interposer's drain closes those connections with `Connection: close`; goaway-drain is the same drain over HTTP/2 to the backends");
     Ok(())
 }

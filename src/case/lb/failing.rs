@@ -172,13 +172,8 @@ pub(super) async fn lb03(b: &mut Bench) -> anyhow::Result<()> {
 }
 
 pub(super) async fn lb04(b: &mut Bench) -> anyhow::Result<()> {
-    if b.product() == crate::lab::driver::Product::Nginx {
-        return Err(crate::lab::driver::Unsupported {
-            product: b.product(),
-            why: "a retry count (nginx open source does not expose one)".into(),
-        }
-        .into());
-    }
+    b.product()
+        .require(crate::lab::driver::Feature::RetryCount)?;
     let mut budget = Vec::new();
     for max_fails in [0, 3] {
         let mut run = b.sub();
@@ -217,7 +212,7 @@ pub(super) async fn lb04(b: &mut Bench) -> anyhow::Result<()> {
         budget.push((share, r.errors, r.latency_ms.p99.unwrap_or(f64::INFINITY)));
         b.absorb(run).await;
     }
-    if b.product() == crate::lab::driver::Product::Haproxy {
+    if b.product().is("haproxy") {
         b.note("HAProxy retries connection failures only (retry-on defaults to conn-failure): requests to the slow server end as 504 instead of being retried; `observe layer7` counts those toward marking it down");
     }
     b.check(
