@@ -8,6 +8,7 @@
 //! fails or is interrupted.
 
 pub mod bench;
+mod goaway;
 mod health;
 mod lb;
 mod share;
@@ -47,6 +48,7 @@ pub fn catalogue() -> Vec<&'static Case> {
         spike::CASES,
         strategies::CASES,
         lb::CASES,
+        goaway::CASES,
     ]
     .into_iter()
     .flatten()

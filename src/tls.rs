@@ -115,6 +115,14 @@ pub struct Identity {
     key: PrivateKeyDer<'static>,
 }
 
+/// A certificate made for the run, in PEM and ready to serve.
+struct Minted {
+    cert_pem: String,
+    key_pem: String,
+    ca_pem: String,
+    identity: Identity,
+}
+
 impl Identity {
     /// Reads a PEM chain from `cert` and a PEM key from `key`.
     pub fn from_files(cert: &Path, key: &Path) -> Result<Identity, Error> {
@@ -136,6 +144,34 @@ impl Identity {
     /// `names`, writes the CA's certificate to `ca_out` (PEM) and returns the
     /// certificate with its key. The CA's key is never written.
     pub fn generate(names: &[String], ca_out: &Path) -> Result<Identity, Error> {
+        let minted = Identity::mint(names)?;
+        std::fs::write(ca_out, &minted.ca_pem)
+            .map_err(|e| file_error(ca_out, format!("cannot write the CA certificate: {e}")))?;
+        Ok(minted.identity)
+    }
+
+    /// A CA and a certificate it signs for localhost, 127.0.0.1 and ::1, written to
+    /// `dir` as `cert.pem` (leaf and CA), `key.pem` and `ca.pem`, for listeners
+    /// that share one certificate and a client told to trust the CA: (cert, key, ca).
+    pub fn generate_files(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf), Error> {
+        let minted = Identity::mint(&[])?;
+        let (cert, key, ca) = (
+            dir.join("cert.pem"),
+            dir.join("key.pem"),
+            dir.join("ca.pem"),
+        );
+        for (path, text) in [
+            (&cert, format!("{}{}", minted.cert_pem, minted.ca_pem)),
+            (&key, minted.key_pem),
+            (&ca, minted.ca_pem),
+        ] {
+            std::fs::write(path, text)
+                .map_err(|e| file_error(path, format!("cannot write: {e}")))?;
+        }
+        Ok((cert, key, ca))
+    }
+
+    fn mint(names: &[String]) -> Result<Minted, Error> {
         let rcgen_error = |e: rcgen::Error| Error::Rustls(format!("making a certificate: {e}"));
         let mut ca_params =
             rcgen::CertificateParams::new(Vec::<String>::new()).map_err(rcgen_error)?;
@@ -168,11 +204,14 @@ impl Identity {
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         let key = rcgen::KeyPair::generate().map_err(rcgen_error)?;
         let cert = params.signed_by(&key, &ca).map_err(rcgen_error)?;
-        std::fs::write(ca_out, ca.pem())
-            .map_err(|e| file_error(ca_out, format!("cannot write the CA certificate: {e}")))?;
-        Ok(Identity {
-            chain: vec![cert.der().clone(), ca.der().clone()],
-            key: PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        Ok(Minted {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            ca_pem: ca.pem(),
+            identity: Identity {
+                chain: vec![cert.der().clone(), ca.der().clone()],
+                key: PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            },
         })
     }
 

@@ -162,8 +162,8 @@ fn product(r: &serde_json::Value, name: &str, config_has: &str) {
 }
 
 fn caddy_runs_share_checks_and_drain_and_its_events_are_its_view() {
-    let dir = run("share-rr,health-exclude,LB-05,LB-08", "caddy");
-    for case in ["share-rr", "health-exclude", "LB-05"] {
+    let dir = run("share-rr,health-exclude,LB-05,LB-08,goaway-drain", "caddy");
+    for case in ["share-rr", "health-exclude", "LB-05", "goaway-drain"] {
         let r = report(&dir, &format!("{case}@caddy"));
         assert_pass(&r);
         product(&r, "caddy", "\"handler\": \"reverse_proxy\"");
@@ -198,8 +198,11 @@ fn caddy_runs_share_checks_and_drain_and_its_events_are_its_view() {
 }
 
 fn traefik_runs_share_checks_and_drain_through_its_watched_file() {
-    let dir = run("share-rr,health-exclude,LB-05,probe-loss", "traefik");
-    for case in ["share-rr", "health-exclude", "LB-05"] {
+    let dir = run(
+        "share-rr,health-exclude,LB-05,probe-loss,goaway-drain",
+        "traefik",
+    );
+    for case in ["share-rr", "health-exclude", "LB-05", "goaway-drain"] {
         let r = report(&dir, &format!("{case}@traefik"));
         assert_pass(&r);
         product(&r, "traefik", "[http.services.be.loadBalancer]");
@@ -238,7 +241,8 @@ fn traefik_runs_share_checks_and_drain_through_its_watched_file() {
 }
 
 fn haproxy_runs_the_cases_it_can_and_its_own_view_is_in_the_report() {
-    let cases = "share-rr,sticky,health-exclude,kill-during-run,LB-03,LB-05,probe-loss";
+    let cases =
+        "share-rr,sticky,health-exclude,kill-during-run,LB-03,LB-05,probe-loss,goaway-drain";
     let dir = run(cases, "haproxy");
     for case in cases.split(',') {
         let r = report(&dir, &format!("{case}@haproxy"));
@@ -262,6 +266,8 @@ fn haproxy_runs_the_cases_it_can_and_its_own_view_is_in_the_report() {
         )),
         "{exclude:?}"
     );
+    let goaway = report(&dir, "goaway-drain@haproxy");
+    product(&goaway, "haproxy", " proto h2");
     // The drain went through its runtime API.
     let drain = events(&report(&dir, "LB-05@haproxy"));
     assert!(
@@ -276,7 +282,18 @@ fn haproxy_runs_the_cases_it_can_and_its_own_view_is_in_the_report() {
 }
 
 fn nginx_runs_share_and_kill_and_refuses_what_it_lacks() {
-    let dir = run("share-rr,kill-during-run,health-exclude", "nginx");
+    let dir = run(
+        "share-rr,kill-during-run,health-exclude,goaway-drain",
+        "nginx",
+    );
+    let goaway = report(&dir, "goaway-drain@nginx");
+    assert_eq!(goaway["verdict"], "unsupported");
+    assert!(
+        goaway["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("HTTP/2 to the backends")
+    );
     assert_pass(&report(&dir, "share-rr@nginx"));
     let kill = report(&dir, "kill-during-run@nginx");
     assert_pass(&kill);

@@ -28,7 +28,7 @@ use crate::{
     },
     lab::{
         backend::{self, Backend},
-        balancer::{self, BackendSpec, Balancer},
+        balancer::{self, BackendProtocol, BackendSpec, Balancer},
         driver::{External, Feature, Product, Unsupported},
         load::{self, Plan, Target},
     },
@@ -53,6 +53,10 @@ pub struct Bench {
     product: Product,
     samples: Arc<Mutex<Vec<Sample>>>,
     parts_s: f64,
+    /// What the balancer speaks to the interposers, and for h2 the run's
+    /// certificate: (cert, key, CA).
+    protocol: BackendProtocol,
+    tls: Option<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)>,
     /// CPU times when the case began, to tell what other programs took.
     host: Option<crate::host::Mark>,
     on_progress: super::OnProgress,
@@ -102,6 +106,8 @@ impl Bench {
             product,
             samples: Arc::default(),
             parts_s: 0.0,
+            protocol: BackendProtocol::H1,
+            tls: None,
             host: crate::host::Mark::now(),
             on_progress,
         }
@@ -115,14 +121,22 @@ impl Bench {
 
     /// A bench for one run within this case, on fresh parts, stopped with it.
     pub fn sub(&self) -> Bench {
-        Bench::new(
+        let mut sub = Bench::new(
             self.case,
             self.product.clone(),
             self.seed,
             self.quick,
             self.shutdown.child(),
             self.on_progress.clone(),
-        )
+        );
+        sub.protocol = self.protocol;
+        sub
+    }
+
+    /// What the balancer speaks to the backends' interposers (before `parts`): h2
+    /// gives every interposer the run's certificate and the balancer its CA.
+    pub fn speak(&mut self, protocol: BackendProtocol) {
+        self.protocol = protocol;
     }
 
     /// Ends `sub` and keeps its runs and events, on this case's clock.

@@ -2,7 +2,7 @@
 //! The document sets no figures; each case states the threshold it holds the
 //! balancer to.
 
-mod drain;
+pub(super) mod drain;
 mod failing;
 
 use std::time::Duration;

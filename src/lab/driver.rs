@@ -203,6 +203,8 @@ pub enum Feature {
     BackendHeader,
     /// Killing the product's process and starting it again.
     Restart,
+    /// HTTP/2 in clear from clients (prior knowledge) beside HTTP/1.1 on one port.
+    ClientH2c,
     /// The strategies.
     StrategyRr,
     /// See [`Feature::StrategyRr`].
@@ -231,7 +233,7 @@ pub enum Feature {
 
 impl Feature {
     /// Every feature, in the order the README lists them.
-    pub const ALL: [Feature; 26] = [
+    pub const ALL: [Feature; 27] = [
         Feature::ActiveChecks,
         Feature::HttpChecks,
         Feature::TcpChecks,
@@ -246,6 +248,7 @@ impl Feature {
         Feature::Weights,
         Feature::BackendHeader,
         Feature::Restart,
+        Feature::ClientH2c,
         Feature::StrategyRr,
         Feature::StrategyWrr,
         Feature::StrategyLeast,
@@ -277,6 +280,7 @@ impl Feature {
             Feature::Weights => "weights",
             Feature::BackendHeader => "backend_header",
             Feature::Restart => "restart",
+            Feature::ClientH2c => "client_h2c",
             Feature::StrategyRr => "strategy_rr",
             Feature::StrategyWrr => "strategy_wrr",
             Feature::StrategyLeast => "strategy_least",

@@ -288,7 +288,30 @@ impl Bench {
                 check: Some(p.probe),
             })
             .collect();
-        balancer::Config::new(backends, self.seed)
+        let mut config = balancer::Config::new(backends, self.seed);
+        config.protocol = self.protocol;
+        config.backend_ca = self.tls.as_ref().map(|(_, _, ca)| ca.clone());
+        config
+    }
+
+    /// For h2, the run's certificate, key and CA, made once per bench.
+    pub(super) fn run_tls(
+        &mut self,
+    ) -> anyhow::Result<Option<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)>> {
+        if self.protocol != BackendProtocol::H2 {
+            return Ok(None);
+        }
+        if self.tls.is_none() {
+            let dir = std::env::temp_dir().join(format!(
+                "snag-{}-{}-tls-{}",
+                std::process::id(),
+                self.case.name,
+                self.t0.elapsed().as_nanos()
+            ));
+            std::fs::create_dir_all(&dir)?;
+            self.tls = Some(crate::tls::Identity::generate_files(&dir)?);
+        }
+        Ok(self.tls.clone())
     }
 
     fn serve_balancer(

@@ -96,6 +96,9 @@ impl Bench {
             config.probe_listen = Some(any);
             config.mode = Mode::Http;
             config.instance = Some(id.clone());
+            if let Some((cert, key, _)) = self.run_tls()? {
+                config.tls = Some(crate::tls::ListenTls::Files { cert, key });
+            }
             for change in &mut spec.timeline {
                 change.at = change.at.mul_f64(scale);
                 let what = match &change.action {

@@ -62,6 +62,11 @@ impl Bench {
             }
             external.clean();
         }
+        if let Some((cert, _, _)) = &self.tls
+            && let Some(dir) = cert.parent()
+        {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         if let Err(err) = result {
             if let Some(unsupported) = err.downcast_ref::<Unsupported>() {
                 self.report.verdict = Verdict::Unsupported;

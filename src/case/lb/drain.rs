@@ -1,15 +1,55 @@
-//! LB-05: a backend drained under keep-alive GETs, POSTs with transaction ids and
-//! HTTP/2 streams.
+//! LB-05 and goaway-drain: a backend drained under keep-alive GETs, POSTs with
+//! transaction ids and HTTP/2 streams, the balancer speaking HTTP/1.1 to it, or
+//! HTTP/2 so that the interposer's drain is a GOAWAY.
 
 use std::time::Duration;
 
 use crate::{
-    case::{Bench, share::summary},
+    case::{Bench, bench::Part, share::summary},
+    lab::driver::Feature,
     lab::{balancer::select::Strategy, load::Arrivals},
 };
 
 pub(super) async fn lb05(b: &mut Bench) -> anyhow::Result<()> {
-    let file = include_str!("../../../faults/case-LB-05.toml");
+    drain_under_load(b, include_str!("../../../faults/case-LB-05.toml")).await?;
+    b.note("the balancer speaks HTTP/1.1 to the backends in this case: the interposer's drain closes those connections with `Connection: close`; goaway-drain is the same drain over HTTP/2 to the backends");
+    Ok(())
+}
+
+/// goaway-drain: LB-05 over h2c to the backends, so that the interposer's drain is
+/// a graceful GOAWAY on the balancer's connections to b; besides LB-05's checks,
+/// the GOAWAY and the connections closing after it are no failure of b.
+pub(crate) async fn goaway_drain(b: &mut Bench) -> anyhow::Result<()> {
+    b.speak(crate::lab::balancer::BackendProtocol::H2c);
+    let parts = drain_under_load(b, include_str!("../../../faults/case-goaway-drain.toml")).await?;
+    let downs: Vec<String> = b
+        .transitions("b")
+        .into_iter()
+        .filter(|t| t.to == "down")
+        .map(|t| format!("{:.2} s {} → {} ({})", t.at_s, t.from, t.to, t.why))
+        .collect();
+    b.check(
+        "the balancer does not take the GOAWAY for a failure: b never turns DOWN",
+        downs.is_empty(),
+        if downs.is_empty() {
+            "no DOWN in the balancer's view of b".to_string()
+        } else {
+            downs.join("; ")
+        },
+    );
+    let b_stats = parts[1].proxy.counters().snapshot();
+    b.figure(
+        "GOAWAY",
+        format!(
+            "{} sent on the balancer's connections to b ({} connections in all)",
+            b_stats.goaways, b_stats.connections
+        ),
+    );
+    Ok(())
+}
+
+/// The drain itself and LB-05's checks; the parts.
+async fn drain_under_load(b: &mut Bench, file: &'static str) -> anyhow::Result<Vec<Part>> {
     // b is slow, so that requests are in flight on it when the drain begins.
     let parts = b
         .parts(&["a", "b", "c"], Some(file), |id, c| {
@@ -41,13 +81,15 @@ pub(super) async fn lb05(b: &mut Bench) -> anyhow::Result<()> {
     let mut streams = gets.clone();
     streams.http2 = true;
     streams.arrivals = Arrivals::Closed { connections: 4 };
-    let reports = b
-        .loads(vec![
-            ("keep-alive GETs, 6 connections".into(), gets),
-            ("POSTs with x-request-id, 6 connections".into(), posts),
-            ("HTTP/2 streams, 4 long-lived connections".into(), streams),
-        ])
-        .await;
+    let mut runs = vec![
+        ("keep-alive GETs, 6 connections".into(), gets),
+        ("POSTs with x-request-id, 6 connections".into(), posts),
+    ];
+    match b.product().require(Feature::ClientH2c) {
+        Ok(()) => runs.push(("HTTP/2 streams, 4 long-lived connections".into(), streams)),
+        Err(e) => b.note(format!("{e}: the HTTP/2 streams run is left out")),
+    }
+    let reports = b.loads(runs).await;
     drainer.await??;
     b.report_event(drain_at, "balancer: b set draining");
     let after = b.data_between("b", drain_at + 0.2, b.now_s());
@@ -80,6 +122,5 @@ pub(super) async fn lb05(b: &mut Bench) -> anyhow::Result<()> {
     for (label, r) in ["GETs", "POSTs", "HTTP/2 streams"].iter().zip(&reports) {
         b.figure(*label, summary(r));
     }
-    b.note("the balancer speaks HTTP/1.1 to the backends in this case: the interposer's drain closes those connections with `Connection: close`; goaway-drain is the same drain over HTTP/2 to the backends");
-    Ok(())
+    Ok(parts)
 }
