@@ -78,17 +78,54 @@ pub struct Progress {
     pub errors: u64,
 }
 
+/// How long a case runs: its durations and timeline offsets as written, shortened
+/// by the case's own `quick` factor, or stretched ten times, for what shows only in
+/// minutes (a rare false eviction, a slow leak).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Length {
+    /// `--quick`.
+    Quick,
+    /// As written.
+    Full,
+    /// `--long`: ten times as written.
+    Long,
+}
+
+impl Length {
+    /// What every duration of `case` is multiplied by.
+    pub fn factor(self, case: &Case) -> f64 {
+        match self {
+            Length::Quick => case.quick,
+            Length::Full => 1.0,
+            Length::Long => 10.0,
+        }
+    }
+}
+
 /// Runs `case` once against `product`, to its report; every part it started is
 /// stopped when it returns.
 pub async fn run(
     case: &'static Case,
     product: Product,
     seed: u64,
-    quick: bool,
+    length: Length,
     shutdown: Shutdown,
     on_progress: OnProgress,
 ) -> CaseReport {
-    let mut bench = Bench::new(case, product, seed, quick, shutdown, on_progress);
+    let mut bench = Bench::new(case, product, seed, length, shutdown, on_progress);
     let result = (case.run)(&mut bench).await;
     bench.finish(result).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn length_scales_every_duration_of_a_case() {
+        let case = catalogue().into_iter().find(|c| c.name == "LB-05").unwrap();
+        assert_eq!(Length::Quick.factor(case), case.quick);
+        assert_eq!(Length::Full.factor(case), 1.0);
+        assert_eq!(Length::Long.factor(case), 10.0);
+    }
 }

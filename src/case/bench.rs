@@ -42,6 +42,8 @@ pub struct Bench {
     case: &'static Case,
     /// Whether the case runs shortened.
     pub quick: bool,
+    /// How long it runs.
+    length: super::Length,
     /// Seed of every random choice.
     pub seed: u64,
     shutdown: Shutdown,
@@ -68,11 +70,13 @@ impl Bench {
         case: &'static Case,
         product: Product,
         seed: u64,
-        quick: bool,
+        length: super::Length,
         shutdown: Shutdown,
         on_progress: super::OnProgress,
     ) -> Bench {
+        let quick = length == super::Length::Quick;
         Bench {
+            length,
             case,
             quick,
             seed,
@@ -125,7 +129,7 @@ impl Bench {
             self.case,
             self.product.clone(),
             self.seed,
-            self.quick,
+            self.length,
             self.shutdown.child(),
             self.on_progress.clone(),
         );
@@ -168,7 +172,7 @@ impl Bench {
 
     /// `seconds` of the full case, shortened by `--quick`.
     pub fn secs(&self, seconds: f64) -> Duration {
-        Duration::from_secs_f64(seconds * if self.quick { self.case.quick } else { 1.0 })
+        Duration::from_secs_f64(seconds * self.length.factor(self.case))
     }
 
     /// Seconds since the case started.

@@ -47,8 +47,12 @@ pub struct CaseArgs {
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     pub external_wait: Duration,
     /// Shorter runs (for CI) that keep each property meaningful.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "long")]
     pub quick: bool,
+    /// Ten times the written durations and timelines: rare events (a false eviction
+    /// once a minute) show in 60 s, not in 6 s.
+    #[arg(long)]
+    pub long: bool,
     /// Where the HTML report and one JSON file per case go.
     #[arg(long, default_value = "reports")]
     pub report_dir: PathBuf,

@@ -70,7 +70,13 @@ pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
                 case,
                 product.clone(),
                 seed,
-                args.quick,
+                if args.quick {
+                    case::Length::Quick
+                } else if args.long {
+                    case::Length::Long
+                } else {
+                    case::Length::Full
+                },
                 shutdown.child(),
                 std::sync::Arc::new(progress),
             )

@@ -112,6 +112,7 @@ impl Balancer {
                 BackendProtocol::H2 => "h2",
             },
             "unprocessed_replays": pool.replays,
+            "stale_connection_replays": pool.stale_replays,
             "health_checks": self.config.health.as_ref().map(|h| serde_json::json!({
                 "interval_ms": h.interval.as_secs_f64() * 1000.0,
                 "timeout_ms": h.timeout.as_secs_f64() * 1000.0,

@@ -143,6 +143,38 @@ impl Shared {
         }
     }
 
+    /// Ends a connection snag chose to end without an RST: FIN now, then what the
+    /// peer still sends (a stream it opened before our GOAWAY reached it, a PING
+    /// ack) is read and dropped until it closes too, for up to 2 s. Closing a socket
+    /// with unread bytes makes the kernel send RST, and an RST makes the peer drop
+    /// what it had not read yet — the GOAWAY frame that said those streams were not
+    /// processed among it.
+    pub fn close_lingering(&self) {
+        let Io::Tcp(tcp) = &self.io else {
+            // A pipe's FIN goes through the relay, which reads the socket on.
+            self.shutdown_write();
+            return;
+        };
+        self.shutdown_write();
+        let tcp = tcp.clone();
+        tokio::spawn(async move {
+            let mut sink = [0u8; 4096];
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+            loop {
+                let readable = tokio::time::timeout_at(deadline, tcp.readable()).await;
+                if !matches!(readable, Ok(Ok(()))) {
+                    return;
+                }
+                match tcp.try_read(&mut sink) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+
     /// Sends FIN now; reading goes on.
     pub fn shutdown_write(&self) {
         match &self.io {

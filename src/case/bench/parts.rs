@@ -72,7 +72,7 @@ impl Bench {
             ));
             backends.push((id.to_string(), addr, backend));
         }
-        let scale = if self.quick { self.case.quick } else { 1.0 };
+        let scale = self.length.factor(self.case);
         let mut scenario = Scenario {
             seed: None,
             proxies: Vec::new(),

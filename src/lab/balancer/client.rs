@@ -145,6 +145,21 @@ impl AsyncWrite for Io {
 /// (RFC 9113 §8.7): its stream was above a GOAWAY's last-stream-id, or refused
 /// with REFUSED_STREAM. Such a request may go again whatever its method, and its
 /// failure is the connection's lifecycle, not the backend's health.
+/// Whether a request failed because its pooled connection closed before any of the
+/// answer came (hyper's incomplete message): the race of a backend's keep-alive
+/// timeout with the reuse. An idempotent request may go again, on a fresh
+/// connection, as Go's transport and browsers do.
+pub(super) fn stale_connection(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(err);
+    while let Some(e) = source {
+        if let Some(hyper) = e.downcast_ref::<hyper::Error>() {
+            return hyper.is_incomplete_message();
+        }
+        source = e.source();
+    }
+    false
+}
+
 pub(super) fn unprocessed(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut source = Some(err);
     while let Some(e) = source {

@@ -90,6 +90,9 @@ pub struct Pool {
     /// Requests sent again because HTTP/2 said the backend never processed them
     /// (above a GOAWAY's last-stream-id, or REFUSED_STREAM).
     pub replays: u64,
+    /// Idempotent requests sent again because their pooled connection closed
+    /// before any answer (a backend's keep-alive timeout racing the reuse).
+    pub stale_replays: u64,
 }
 
 impl Pool {
@@ -134,6 +137,7 @@ impl Pool {
             no_backend: 0,
             retries: 0,
             replays: 0,
+            stale_replays: 0,
         }
     }
 

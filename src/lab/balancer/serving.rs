@@ -124,14 +124,24 @@ pub(super) async fn handle(
                 };
                 return Response::from_parts(head, body.boxed());
             }
-            Ok(Err(err)) if replays < MAX_REPLAYS && client::unprocessed(&err) => {
-                // Never processed: the same request again, to any backend, and no
-                // mark against this one (its connection is ending, not failing).
+            Ok(Err(err))
+                if replays < MAX_REPLAYS
+                    && (client::unprocessed(&err)
+                        || (idempotent && client::stale_connection(&err))) =>
+            {
+                // Never processed, or idempotent on a connection the backend had
+                // closed: the same request again, to any backend, and no mark
+                // against this one (its connection is ending, not failing).
                 balancer.done(index);
                 replays += 1;
                 attempt -= 1;
                 tried[index] = false;
-                balancer.lock().replays += 1;
+                let mut pool = balancer.lock();
+                if client::unprocessed(&err) {
+                    pool.replays += 1;
+                } else {
+                    pool.stale_replays += 1;
+                }
             }
             Ok(Err(err)) => {
                 balancer.done(index);

@@ -355,7 +355,22 @@ where
         tokio::select! {
             _ = h2conn.inject(&wire) => {}
             _ = h2conn.closing(&wire, &watched_proxy) => {
+                // The streams are answered, but their last frames may still be in
+                // h2's buffers: let hyper write until nothing more leaves (at most
+                // 1 s), so the close cuts no answer short.
+                let deadline = tokio::time::Instant::now() + SETTLE_MAX;
+                loop {
+                    let before = socket.written();
+                    tokio::select! {
+                        _ = serving.as_mut() => break,
+                        _ = tokio::time::sleep(SETTLE_TICK) => {}
+                    }
+                    if socket.written() == before || tokio::time::Instant::now() >= deadline {
+                        break;
+                    }
+                }
                 debug!("http/2 connection closed by a goaway fault");
+                socket.close_lingering();
                 return;
             }
             idle = keepalive.expired(), if !closing && !drained => {
@@ -373,6 +388,9 @@ where
                         watched_proxy.counters().bad_request();
                     }
                     debug!(%err, "http connection ended");
+                }
+                if drained || closing {
+                    socket.close_lingering();
                 }
                 return;
             }
@@ -403,6 +421,11 @@ where
         }
     }
 }
+
+/// How long a connection a GOAWAY fault closes gets to write what hyper still
+/// holds, and the pause that says nothing more is coming.
+const SETTLE_MAX: Duration = Duration::from_secs(1);
+const SETTLE_TICK: Duration = Duration::from_millis(5);
 
 /// Why snag ends or winds down an HTTP connection.
 enum Stop {
