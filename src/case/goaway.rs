@@ -145,11 +145,7 @@ async fn run_with(
     let mut gets = b.plan(lb, "/");
     gets.arrivals = arrivals;
     gets.duration = b.secs(4.0);
-    let mut posts = gets.clone();
-    posts.method = hyper::Method::POST;
-    posts.body = bytes::Bytes::from_static(b"{\"amount\":1}");
-    posts.txn_header = Some("x-request-id".parse().expect("valid"));
-    posts.seed = b.seed ^ 1;
+    let posts = b.posts_with_ids(&gets);
     let how = match gets.arrivals {
         Arrivals::Closed { connections } => format!("{connections} connections"),
         Arrivals::Open { rate, .. } => format!("{rate:.0}/s open loop"),

@@ -17,6 +17,17 @@ impl Bench {
         plan
     }
 
+    /// `gets` as POSTs that carry a transaction id in `x-request-id` (the
+    /// interposers count an id seen twice as a duplicate), on their own seed.
+    pub fn posts_with_ids(&self, gets: &Plan) -> Plan {
+        let mut posts = gets.clone();
+        posts.method = hyper::Method::POST;
+        posts.body = bytes::Bytes::from_static(b"{\"amount\":1}");
+        posts.txn_header = Some("x-request-id".parse().expect("valid"));
+        posts.seed = self.seed ^ 1;
+        posts
+    }
+
     /// Runs the generator, telling its progress once a second, and keeps its report.
     pub async fn load(&mut self, label: &str, plan: Plan) -> load::Report {
         let started_s = self.now_s();

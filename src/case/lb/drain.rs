@@ -73,11 +73,7 @@ async fn drain_under_load(b: &mut Bench, file: &'static str) -> anyhow::Result<V
     let mut gets = b.plan(lb, "/");
     gets.arrivals = Arrivals::Closed { connections: 6 };
     gets.duration = b.secs(5.0);
-    let mut posts = gets.clone();
-    posts.method = hyper::Method::POST;
-    posts.body = bytes::Bytes::from_static(b"{\"amount\":1}");
-    posts.txn_header = Some("x-request-id".parse().expect("valid"));
-    posts.seed = b.seed ^ 1;
+    let posts = b.posts_with_ids(&gets);
     let mut streams = gets.clone();
     streams.http2 = true;
     streams.arrivals = Arrivals::Closed { connections: 4 };
