@@ -10,7 +10,7 @@
 //! 2. Cases and the soak: [`case`] (the documented cases end to end, reported by
 //!    [`report`] in the terminal, JSON and HTML) and [`soak`].
 //! 3. The lab and the control API: [`lab`] (self-naming backends, the reference
-//!    balancer, the load generator, [`lab::driver`] for HAProxy and nginx) and [`api`]
+//!    balancer, the load generator, [`lab::driver`] for real balancers from driver files) and [`api`]
 //!    (Toxiproxy-compatible, `snag serve`).
 //! 4. The interposer: [`proxy`] (listeners and listener faults, [`proxy::relay`] for
 //!    TCP, [`proxy::http`] for HTTP mode: TLS, the upstream clients, an HTTP/2 frame

@@ -81,8 +81,16 @@ struct Seen {
 }
 
 impl Seen {
+    /// Client errors the balancer is answerable for: those less the requests that
+    /// failed between snag's interposers and the backends (snag's side of the
+    /// wire, which the report names apart).
     fn errors(&self) -> u64 {
-        self.gets.errors + self.posts.errors
+        (self.gets.errors + self.posts.errors).saturating_sub(self.snag_errors())
+    }
+
+    /// Requests an interposer could not relay to its backend.
+    fn snag_errors(&self) -> u64 {
+        self.stats.iter().map(|s| s.upstream_errors).sum()
     }
 
     fn sent(&self) -> u64 {
@@ -192,6 +200,12 @@ async fn run_with(
         ),
     );
     b.figure("client errors", seen.errors_by_kind());
+    if seen.snag_errors() > 0 {
+        b.note(format!(
+            "{} requests failed between snag's interposers and the backends (upstream_errors): not counted against the balancer",
+            seen.snag_errors()
+        ));
+    }
     Ok(seen)
 }
 

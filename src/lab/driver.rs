@@ -11,6 +11,8 @@ mod context;
 pub mod file;
 mod rule;
 mod run;
+mod spec;
+mod watch;
 
 use std::{fmt, sync::Arc};
 
