@@ -57,6 +57,22 @@ impl fmt::Debug for Outside {
 }
 
 impl Outside {
+    /// What it was configured with is its operator's business; what snag would have
+    /// to do to it, snag cannot.
+    pub fn require(feature: Feature) -> Result<(), Unsupported> {
+        let what = match feature {
+            Feature::Drain => "draining a backend on it",
+            Feature::View => "reading its view of each backend",
+            Feature::RetryCount => "reading its retry count",
+            Feature::Restart => "killing and restarting it",
+            _ => return Ok(()),
+        };
+        Err(Unsupported {
+            product: "external".into(),
+            why: format!("{what} (snag did not start it: whoever runs it does that)"),
+        })
+    }
+
     /// Where the load goes: the URL's host and port, resolved.
     pub async fn addr(&self) -> anyhow::Result<std::net::SocketAddr> {
         let uri: hyper::Uri = self
@@ -98,23 +114,7 @@ impl Product {
             Product::Builtin => Ok(()),
             // What it was configured with is its operator's business; what snag
             // would have to do to it, snag cannot.
-            Product::External(_) => match feature {
-                Feature::Drain | Feature::View | Feature::RetryCount | Feature::Restart => {
-                    Err(Unsupported {
-                        product: "external".into(),
-                        why: format!(
-                            "{} (snag did not start it: whoever runs it does that)",
-                            match feature {
-                                Feature::Drain => "draining a backend on it",
-                                Feature::View => "reading its view of each backend",
-                                Feature::RetryCount => "reading its retry count",
-                                _ => "killing and restarting it",
-                            }
-                        ),
-                    })
-                }
-                _ => Ok(()),
-            },
+            Product::External(_) => Outside::require(feature),
             Product::File(d) => match d.lacks(feature) {
                 Some(why) => Err(Unsupported {
                     product: d.name.clone(),

@@ -35,17 +35,6 @@ pub enum Lb {
     Outside,
 }
 
-fn outside(feature: Feature) -> anyhow::Error {
-    Product::External(Arc::new(crate::lab::driver::Outside {
-        url: String::new(),
-        wait: Duration::ZERO,
-        announce: Arc::new(|_| {}),
-    }))
-    .require(feature)
-    .expect_err("an outside balancer cannot be driven")
-    .into()
-}
-
 impl Lb {
     /// Takes backend `id` out of rotation, or puts it back, the product's way.
     pub async fn set_draining(&self, id: &str, draining: bool) -> anyhow::Result<()> {
@@ -55,7 +44,7 @@ impl Lb {
                 Ok(())
             }
             Lb::External(e) => e.set_draining(id, draining).await,
-            Lb::Outside => Err(outside(Feature::Drain)),
+            Lb::Outside => Ok(crate::lab::driver::Outside::require(Feature::Drain)?),
         }
     }
 
@@ -65,7 +54,7 @@ impl Lb {
         match self {
             Lb::Builtin(_) => Ok(()),
             Lb::External(e) => e.set_maintenance(id).await,
-            Lb::Outside => Err(outside(Feature::Drain)),
+            Lb::Outside => Ok(crate::lab::driver::Outside::require(Feature::Drain)?),
         }
     }
 
