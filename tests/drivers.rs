@@ -224,7 +224,7 @@ fn caddy_runs_share_checks_and_drain_and_its_events_are_its_view() {
 
 fn traefik_runs_share_checks_and_drain_through_its_watched_file() {
     let dir = run(
-        "share-rr,health-exclude,LB-05,probe-loss,goaway-drain",
+        "share-rr,health-exclude,LB-05,probe-loss,goaway-drain,grpc-probe-loss",
         "traefik",
     );
     ran(
@@ -242,6 +242,10 @@ fn traefik_runs_share_checks_and_drain_through_its_watched_file() {
         assert_pass(&r);
         product(&r, "traefik", "[http.services.be.loadBalancer]");
     }
+    // Its gRPC health checks, answered by b's interposer, evict b falsely.
+    let grpc = report(&dir, "grpc-probe-loss@traefik");
+    assert_pass(&grpc);
+    product(&grpc, "traefik", "mode = \"grpc\"");
     // It names no backend in its answers: the share check says so instead of failing.
     let share = report(&dir, "share-rr@traefik");
     assert!(
@@ -303,6 +307,19 @@ fn haproxy_runs_the_cases_it_can_and_its_own_view_is_in_the_report() {
     );
     let goaway = report(&dir, "goaway-drain@haproxy");
     product(&goaway, "haproxy", " proto h2");
+    // gRPC checks it has not: N/A with the driver file's reason.
+    let dir_grpc = run("grpc-probe-loss", "haproxy");
+    let grpc = report(&dir_grpc, "grpc-probe-loss@haproxy");
+    assert_eq!(grpc["verdict"], "unsupported");
+    assert!(
+        grpc["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("grpc-status trailer"),
+        "{:#}",
+        grpc["notes"]
+    );
+    let _ = std::fs::remove_dir_all(&dir_grpc);
     // The drain went through its runtime API.
     let drain = events(&report(&dir, "LB-05@haproxy"));
     assert!(

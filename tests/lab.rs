@@ -339,6 +339,7 @@ async fn health_checks_remove_after_fall_and_restore_after_rise() {
             fall: 3,
             path: "/health".into(),
             expect_body: None,
+            grpc: false,
         });
         cfg.slow_start = Duration::from_secs(30);
         let (lb, balancer) = common::start_balancer(cfg).await;

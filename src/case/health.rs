@@ -5,7 +5,11 @@
 use std::time::Duration;
 
 use super::{Bench, Case, share::summary};
-use crate::lab::{balancer::HealthCheck, load::Arrivals};
+use crate::lab::{
+    balancer::{BackendProtocol, HealthCheck},
+    driver::Feature,
+    load::Arrivals,
+};
 
 /// The cases in this file.
 pub const CASES: &[Case] = &[
@@ -34,6 +38,14 @@ pub const CASES: &[Case] = &[
         run: |b| Box::pin(data_loss(b)),
     },
     Case {
+        name: "grpc-probe-loss",
+        source: "DESIGN.md",
+        property: "b's gRPC health checks (grpc.health.v1) lost, then answered NOT_SERVING, 30% of the time while every gRPC call to b is served: a checker with fall 1 evicts b under each (a false eviction), no call fails, and b rejoins between evictions",
+        reference: "the probe blind spot of DESIGN.md §1 with gRPC's health protocol, as Traefik (mode grpc), Envoy (grpc_health_check) and Kubernetes (grpc probes) check: is a backend evicted when only its health service is flaky?",
+        quick: 1.0, // few checks in a shorter run make an eviction a coin toss
+        run: |b| Box::pin(grpc_probe_loss(b)),
+    },
+    Case {
         name: "hysteresis",
         source: "DESIGN.md",
         property: "b's checks take 150 or 250 ms around a 200 ms timeout, its data path healthy: rise/fall 1 flaps, rise/fall 3 flaps under half as often",
@@ -51,6 +63,7 @@ fn checks(interval_ms: u64, fall: u32) -> HealthCheck {
         fall,
         path: "/health".into(),
         expect_body: None,
+        grpc: false,
     }
 }
 
@@ -168,6 +181,85 @@ async fn probe_loss(b: &mut Bench) -> anyhow::Result<()> {
         "fall 3 evicts less often than fall 1",
         tolerant.0 < strict.0,
         format!("{} against {} evictions", tolerant.0, strict.0),
+    );
+    Ok(())
+}
+
+async fn grpc_probe_loss(b: &mut Bench) -> anyhow::Result<()> {
+    // gRPC is HTTP/2 from the client on.
+    b.product().require(Feature::ClientH2c)?;
+    let runs = [
+        (
+            "gRPC checks lost",
+            include_str!("../../faults/case-grpc-probe-loss.toml"),
+        ),
+        (
+            "gRPC checks NOT_SERVING",
+            include_str!("../../faults/case-grpc-not-serving.toml"),
+        ),
+    ];
+    // Per run: evictions of b, returns of b, client errors, b's share.
+    let mut seen = Vec::new();
+    for (label, file) in runs {
+        let mut run = b.sub();
+        run.speak(BackendProtocol::H2c);
+        let parts = run.parts(&["a", "b", "c"], Some(file), |_, _| {}).await?;
+        let rules = HealthCheck {
+            grpc: true,
+            ..checks(100, 1)
+        };
+        let (lb, _) = run.balancer(|c| c.health = Some(rules)).await?;
+        let mut plan = run.plan(lb, "/snag.Backend/Echo");
+        plan.http2 = true;
+        plan.grpc = true;
+        plan.arrivals = Arrivals::Closed { connections: 6 };
+        plan.duration = run.secs(6.0);
+        let r = run.load(&format!("gRPC calls, {label}"), plan).await;
+        let t = run.transitions("b");
+        let downs = t.iter().filter(|t| t.to == "down").count();
+        let ups = t.iter().filter(|t| t.to == "up").count();
+        let stats = parts[1].proxy.counters().snapshot();
+        let lost = stats.probes.iter().filter(|p| p.status == 0).count();
+        let told = stats.fault_hits.get("not-serving").copied().unwrap_or(0);
+        let share = r
+            .backends
+            .iter()
+            .find(|s| s.name == "b")
+            .map_or(0.0, |s| s.share_percent);
+        b.figure(
+            label,
+            format!(
+                "b evicted {downs} times, back {ups} times; of its last {} checks {lost} lost, {told} told NOT_SERVING; b served {share:.1}% of the calls; {}",
+                stats.probes.len(),
+                summary(&r)
+            ),
+        );
+        seen.push((downs, ups, r.errors, share));
+        b.absorb(run).await;
+    }
+    let (lost, told) = (seen[0], seen[1]);
+    b.check(
+        "lost gRPC checks evict b although its calls pass (false eviction)",
+        lost.0 > 0,
+        format!("{} evictions", lost.0),
+    );
+    b.check(
+        "NOT_SERVING answers evict b although its calls pass (false eviction)",
+        told.0 > 0,
+        format!("{} evictions", told.0),
+    );
+    b.check(
+        "no gRPC call fails: the fault is on the health service only",
+        lost.2 == 0 && told.2 == 0,
+        format!("{} and {} failed calls", lost.2, told.2),
+    );
+    b.check(
+        "b rejoins between evictions and serves calls",
+        lost.1 > 0 && told.1 > 0 && lost.3 > 0.0 && told.3 > 0.0,
+        format!(
+            "back {} and {} times; {:.1}% and {:.1}% of the calls",
+            lost.1, told.1, lost.3, told.3
+        ),
     );
     Ok(())
 }

@@ -93,6 +93,7 @@ fn checks(interval_ms: u64, path: &str, rise: u32, fall: u32) -> HealthCheck {
         fall,
         path: path.into(),
         expect_body: None,
+        grpc: false,
     }
 }
 

@@ -300,6 +300,7 @@ async fn kill_during_run(b: &mut Bench) -> anyhow::Result<()> {
             fall: 1,
             path: "/health".into(),
             expect_body: None,
+            grpc: false,
         });
         let (lb, _) = run
             .balancer(|c| {

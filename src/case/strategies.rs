@@ -72,6 +72,7 @@ async fn phases(
                 fall: 1,
                 path: "/health".into(),
                 expect_body: None,
+                grpc: false,
             });
         })
         .await?;

@@ -170,6 +170,10 @@ pub struct BalancerArgs {
     /// Besides status 200, a check's body must contain this.
     #[arg(long)]
     pub health_expect_body: Option<String>,
+    /// Check by gRPC's health protocol (grpc.health.v1.Health/Check over HTTP/2,
+    /// TLS with --backend-protocol h2): healthy is SERVING.
+    #[arg(long, conflicts_with = "health_expect_body")]
+    pub health_grpc: bool,
     /// Transport failures within --fail-timeout that take a backend out for as long
     /// (nginx's max_fails); 0: off.
     #[arg(long, default_value_t = 0)]

@@ -67,6 +67,7 @@ pub async fn balancer(args: BalancerArgs, shutdown: Shutdown) -> anyhow::Result<
         fall: args.fall,
         path: args.health_path.clone(),
         expect_body: args.health_expect_body.clone(),
+        grpc: args.health_grpc,
     });
     let config = balancer::Config {
         backends: args.backends,

@@ -36,6 +36,8 @@ pub struct Balancer {
     started: Instant,
     pool: Mutex<Pool>,
     client: client::Backends,
+    /// Dials one backend on a new connection, as its gRPC health checks do.
+    connector: client::Connector,
 }
 
 impl Balancer {
@@ -43,11 +45,13 @@ impl Balancer {
     /// cannot be set up.
     pub fn new(config: Config) -> Result<Arc<Balancer>, String> {
         let started = Instant::now();
-        let client = client::backends(&config)?;
+        let connector = client::connector(&config)?;
+        let client = client::backends(&config, connector.clone());
         Ok(Arc::new(Balancer {
             started,
             pool: Mutex::new(Pool::new(&config, started)),
             client,
+            connector,
             config,
         }))
     }

@@ -183,6 +183,8 @@ pub enum Feature {
     HttpChecks,
     /// Active checks that only connect.
     TcpChecks,
+    /// Active checks by gRPC's health protocol.
+    GrpcChecks,
     /// Rise and fall counts other than 1.
     RiseFall,
     /// Checks that look for a string in the body.
@@ -235,10 +237,11 @@ pub enum Feature {
 
 impl Feature {
     /// Every feature, in the order the README lists them.
-    pub const ALL: [Feature; 27] = [
+    pub const ALL: [Feature; 28] = [
         Feature::ActiveChecks,
         Feature::HttpChecks,
         Feature::TcpChecks,
+        Feature::GrpcChecks,
         Feature::RiseFall,
         Feature::CheckBody,
         Feature::PassiveMarking,
@@ -271,6 +274,7 @@ impl Feature {
             Feature::ActiveChecks => "active_checks",
             Feature::HttpChecks => "http_checks",
             Feature::TcpChecks => "tcp_checks",
+            Feature::GrpcChecks => "grpc_checks",
             Feature::RiseFall => "rise_fall",
             Feature::CheckBody => "check_body",
             Feature::PassiveMarking => "passive_marking",
@@ -308,7 +312,9 @@ impl Feature {
         let mut out = Vec::new();
         if let Some(h) = &config.health {
             out.push(Feature::ActiveChecks);
-            out.push(if h.path.is_empty() {
+            out.push(if h.grpc {
+                Feature::GrpcChecks
+            } else if h.path.is_empty() {
                 Feature::TcpChecks
             } else {
                 Feature::HttpChecks

@@ -31,8 +31,8 @@ use super::{BackendProtocol, Config};
 /// The pooled client.
 pub(super) type Backends = Client<Connector, Full<Bytes>>;
 
-/// The client `config` asks for; `Err` says why its TLS cannot be set up.
-pub(super) fn backends(config: &Config) -> Result<Backends, String> {
+/// How `config` dials its backends; `Err` says why its TLS cannot be set up.
+pub(super) fn connector(config: &Config) -> Result<Connector, String> {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.set_connect_timeout(Some(config.timeout));
@@ -50,12 +50,17 @@ pub(super) fn backends(config: &Config) -> Result<Backends, String> {
         }
         _ => None,
     };
+    Ok(Connector { http, tls })
+}
+
+/// The pooled client `config` asks for, dialling with `connector`.
+pub(super) fn backends(config: &Config, connector: Connector) -> Backends {
     let mut builder = Client::builder(TokioExecutor::new());
     builder.pool_idle_timeout(Duration::from_secs(60));
     if config.protocol != BackendProtocol::H1 {
         builder.http2_only(true);
     }
-    Ok(builder.build(Connector { http, tls }))
+    builder.build(connector)
 }
 
 /// Dials a backend, then TLS if the protocol is `h2`.

@@ -106,6 +106,10 @@ pub struct HealthCheck {
     pub path: String,
     /// Besides status 200, the body must contain this.
     pub expect_body: Option<String>,
+    /// Ask by gRPC's health protocol instead (`grpc.health.v1.Health/Check` over
+    /// HTTP/2, TLS when the backends speak h2): healthy is `SERVING`; `path` and
+    /// `expect_body` are not used.
+    pub grpc: bool,
 }
 
 /// What the balancer speaks to its backends.

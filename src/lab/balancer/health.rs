@@ -8,7 +8,7 @@ use hyper::{Request, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
-use super::{Balancer, HealthCheck};
+use super::{Balancer, HealthCheck, client::Connector};
 use crate::shutdown::Shutdown;
 
 /// Checks backend `index` every interval until `shutdown`.
@@ -30,7 +30,11 @@ pub(super) fn spawn(balancer: Arc<Balancer>, index: usize, rules: HealthCheck, s
                 _ = shutdown.wait() => return,
                 _ = ticks.tick() => {}
             }
-            let result = check(target, &rules).await;
+            let result = if rules.grpc {
+                grpc_check(target, &rules, &balancer.connector).await
+            } else {
+                check(target, &rules).await
+            };
             balancer
                 .lock()
                 .checked(index, result, &rules, Instant::now());
@@ -80,4 +84,102 @@ pub(super) async fn check(target: SocketAddr, rules: &HealthCheck) -> Result<(),
     tokio::time::timeout(rules.timeout, attempt)
         .await
         .unwrap_or_else(|_| Err(format!("timeout after {:?}", rules.timeout)))
+}
+
+/// One gRPC health check: a new connection (TLS when the backends speak h2),
+/// `grpc.health.v1.Health/Check` for the whole server, and `SERVING` in answer.
+pub(super) async fn grpc_check(
+    target: SocketAddr,
+    rules: &HealthCheck,
+    connector: &Connector,
+) -> Result<(), String> {
+    use crate::fault::http::grpc;
+    let attempt = async {
+        let uri: hyper::Uri = format!("http://{target}{}", grpc::HEALTH_CHECK)
+            .parse()
+            .map_err(|e| format!("address: {e}"))?;
+        let io = tower_service::Service::call(&mut connector.clone(), uri.clone())
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                .await
+                .map_err(|e| format!("handshake: {e}"))?;
+        tokio::spawn(conn);
+        // An empty HealthCheckRequest: the server as a whole.
+        let request = Request::post(uri)
+            .header(header::CONTENT_TYPE, "application/grpc")
+            .header(header::TE, "trailers")
+            .header(header::USER_AGENT, "snag-balancer-check")
+            .body(Full::new(grpc::frame(&[])))
+            .map_err(|e| format!("request: {e}"))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("request: {e}"))?;
+        let status = response.status();
+        // A trailers-only answer carries its status in the head.
+        let head = response.headers().get("grpc-status").cloned();
+        let body = Limited::new(response.into_body(), 64 * 1024)
+            .collect()
+            .await
+            .map_err(|e| format!("body: {e}"))?;
+        if status != StatusCode::OK {
+            return Err(format!("status {}", status.as_u16()));
+        }
+        let code = body
+            .trailers()
+            .and_then(|t| t.get("grpc-status").cloned())
+            .or(head);
+        match code.as_ref().and_then(|c| c.to_str().ok()) {
+            Some("0") => {}
+            Some(code) => return Err(format!("grpc-status {code}")),
+            None => return Err("no grpc-status".into()),
+        }
+        serving(&body.to_bytes())
+    };
+    tokio::time::timeout(rules.timeout, attempt)
+        .await
+        .unwrap_or_else(|_| Err(format!("timeout after {:?}", rules.timeout)))
+}
+
+/// Whether one framed HealthCheckResponse says `SERVING` (field 1 = 1); why not.
+fn serving(body: &[u8]) -> Result<(), String> {
+    let message = match body {
+        [0, len @ ..] if len.len() >= 4 => {
+            let n = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            len.get(4..4 + n).ok_or("a short gRPC message")?
+        }
+        _ => return Err("no uncompressed gRPC message".into()),
+    };
+    // Field 1, varint; a proto3 default (UNKNOWN, 0) is left out altogether.
+    let status = match message {
+        [] => 0,
+        [0x08, status, ..] => *status,
+        _ => return Err("a HealthCheckResponse it cannot read".into()),
+    };
+    match status {
+        1 => Ok(()),
+        0 => Err("UNKNOWN".into()),
+        2 => Err("NOT_SERVING".into()),
+        3 => Err("SERVICE_UNKNOWN".into()),
+        n => Err(format!("serving status {n}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::serving;
+
+    #[test]
+    fn reads_the_serving_status() {
+        let framed = |m: &[u8]| [&[0, 0, 0, 0, m.len() as u8][..], m].concat();
+        assert_eq!(serving(&framed(&[0x08, 1])), Ok(()));
+        assert_eq!(serving(&framed(&[0x08, 2])), Err("NOT_SERVING".into()));
+        assert_eq!(serving(&framed(&[])), Err("UNKNOWN".into()));
+        assert_eq!(serving(&framed(&[0x08, 3])), Err("SERVICE_UNKNOWN".into()));
+        assert!(serving(&[0, 0, 0, 0, 9, 0x08]).is_err());
+        assert!(serving(&[1, 0, 0, 0, 2, 0x08, 1]).is_err());
+        assert!(serving(&[]).is_err());
+    }
 }

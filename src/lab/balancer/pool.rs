@@ -304,6 +304,7 @@ mod tests {
             fall,
             path: "/health".into(),
             expect_body: None,
+            grpc: false,
         }
     }
 

@@ -68,6 +68,8 @@ pub struct Health {
     pub path: String,
     /// Besides a 200, the body must contain this.
     pub expect_body: Option<String>,
+    /// Checks by gRPC's health protocol (grpc.health.v1.Health/Check), not `path`.
+    pub grpc: bool,
 }
 
 /// Everything a template may name.
@@ -181,6 +183,7 @@ impl Context {
                 fall: h.fall,
                 path: h.path.clone(),
                 expect_body: h.expect_body.clone(),
+                grpc: h.grpc,
             }),
             max_fails: config.max_fails,
             fail_timeout_ms: ms(config.fail_timeout),
@@ -241,6 +244,7 @@ impl Context {
                 fall: 3,
                 path: "/health".into(),
                 expect_body: Some("ok".into()),
+                grpc: true,
             });
             config.max_fails = 3;
             config.slow_start = std::time::Duration::from_secs(5);
