@@ -79,6 +79,85 @@ pub struct Event {
     pub at_s: f64,
     /// What.
     pub what: String,
+    /// Whose doing it was, so that a chart tells them apart.
+    pub kind: EventKind,
+    /// A balancer's view of one backend that changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change: Option<Change>,
+}
+
+/// Whose doing an event was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventKind {
+    /// A fault put on or taken off, on an interposer or a backend.
+    Fault,
+    /// The balancer's own view of a backend changed.
+    Balancer,
+    /// Something the case did to a part: a drain, a kill, a restart, a spike.
+    Action,
+    /// A line of a product's own log.
+    Log,
+}
+
+/// One backend's state in the balancer's view, before and after.
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    /// The backend's id.
+    pub backend: String,
+    /// In the built-in balancer's words: up, down, draining …
+    pub from: String,
+    /// See `from`.
+    pub to: String,
+}
+
+impl EventKind {
+    /// Its name, as in the JSON.
+    pub fn word(self) -> &'static str {
+        match self {
+            EventKind::Fault => "fault",
+            EventKind::Balancer => "balancer",
+            EventKind::Action => "action",
+            EventKind::Log => "log",
+        }
+    }
+}
+
+impl Event {
+    /// An event of `kind`.
+    pub fn new(kind: EventKind, at_s: f64, what: impl Into<String>) -> Event {
+        Event {
+            at_s,
+            what: what.into(),
+            kind,
+            change: None,
+        }
+    }
+
+    /// The balancer's view of `backend` went from `from` to `to` (its own words,
+    /// kept in `what`).
+    pub fn change(at_s: f64, what: String, backend: &str, from: &str, to: &str) -> Event {
+        Event {
+            at_s,
+            what,
+            kind: EventKind::Balancer,
+            change: Some(Change {
+                backend: backend.into(),
+                from: state_word(from),
+                to: state_word(to),
+            }),
+        }
+    }
+}
+
+/// A product's word for a backend's state, in the built-in balancer's words.
+pub fn state_word(word: &str) -> String {
+    match word {
+        "UP" => "up".into(),
+        "DOWN" => "down".into(),
+        "DRAIN" | "NOLB" => "draining".into(),
+        other => other.to_lowercase(),
+    }
 }
 
 /// One run of the load generator within a case.

@@ -33,7 +33,7 @@ use crate::{
         load::{self, Plan, Target},
     },
     proxy::{Mode, Proxy, RunContext},
-    report::{CaseReport, Check, Event, Run, Verdict},
+    report::{CaseReport, Check, Event, EventKind, Run, Verdict, state_word},
     shutdown::Shutdown,
 };
 

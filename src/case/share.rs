@@ -8,6 +8,7 @@ use crate::lab::{
     balancer::select::Strategy,
     load::{Arrivals, Report, Sessions},
 };
+use crate::report::EventKind;
 
 /// The cases in this file.
 pub const CASES: &[Case] = &[
@@ -162,7 +163,7 @@ async fn slow(b: &mut Bench, strategy: Strategy) -> anyhow::Result<()> {
     plan.duration = b.secs(4.0);
     let even = b.load("identical instances", plan.clone()).await;
     parts[2].backend.set_delay(Duration::from_millis(50));
-    b.event("c: 50 ms slower");
+    b.event(EventKind::Fault, "c: 50 ms slower");
     let slow = b.load("c 50 ms slower", plan.clone()).await;
     let c = |r: &Report| {
         shares(r)
@@ -204,7 +205,7 @@ async fn slow(b: &mut Bench, strategy: Strategy) -> anyhow::Result<()> {
                 listed(&shares(&slow)),
             );
             parts[2].backend.set_delay(Duration::ZERO);
-            b.event("c: recovered");
+            b.event(EventKind::Fault, "c: recovered");
             let back = b.load("c recovered", plan).await;
             b.figure("c recovered", summary(&back));
             b.check(

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{Bench, Case};
 use crate::lab::load::{Arrivals, Kind, Report, Row, Shape};
+use crate::report::EventKind;
 
 /// The cases in this file.
 pub const CASES: &[Case] = &[
@@ -87,7 +88,7 @@ async fn spike(b: &mut Bench, variant: Variant) -> anyhow::Result<()> {
         plan.retries = 1;
         plan.retry_delay = Duration::from_millis(200);
     }
-    b.event("spike starts");
+    b.event(EventKind::Action, "spike starts");
     let label = match variant {
         Variant::Step => "step 100 → 900/s",
         Variant::Ramp => "ramp 100 → 900/s",

@@ -1,9 +1,10 @@
 //! The report as one self-contained HTML page: per case its checks, a per-second
-//! chart of each run with the fault and balancer events on it, and share bars.
+//! chart of each run with the faults and the case's actions marked and labelled on
+//! it and a lane per backend with the balancer's view of it, and share bars.
 
 use std::fmt::Write as _;
 
-use super::{CaseReport, Check, Run, side_by_side};
+use super::{CaseReport, Change, Check, Event, EventKind, Run, side_by_side};
 use crate::lab::load;
 
 pub(crate) fn esc(s: &str) -> String {
@@ -131,8 +132,10 @@ fn section(out: &mut String, r: &CaseReport) {
         for e in &r.events {
             let _ = write!(
                 out,
-                "<tr><td>{:.2} s</td><td>{}</td></tr>",
+                "<tr><td>{:.2} s</td><td style=\"color:{}\">{}</td><td>{}</td></tr>",
                 e.at_s,
+                kind_color(e.kind),
+                e.kind.word(),
                 esc(&e.what)
             );
         }
@@ -147,45 +150,183 @@ fn section(out: &mut String, r: &CaseReport) {
     );
 }
 
-/// A per-second line chart of one run: offered, sent, ok, errors, and queue depth
-/// (on its own scale) with the case's events as vertical lines.
+/// One second of a run as the chart draws it: rates per second.
+#[derive(Debug, Clone, PartialEq)]
+struct Rates {
+    offered: f64,
+    sent: f64,
+    ok: f64,
+    errors: f64,
+    depth: f64,
+}
+
+/// The rows of a run as rates per second. The last row covers only what was left
+/// of the run after its last whole second: it is scaled to a rate, and left out
+/// when under a fifth of a second (too little to be a rate), so that a run's end
+/// is not drawn as a fall to zero.
+fn rates(rows: &[load::Row], elapsed_s: f64) -> Vec<Rates> {
+    let mut out: Vec<Rates> = rows
+        .iter()
+        .map(|r| Rates {
+            offered: r.offered.unwrap_or(0.0),
+            sent: r.sent as f64,
+            ok: r.ok as f64,
+            errors: r.errors.values().sum::<u64>() as f64,
+            depth: r.depth.unwrap_or(0).max(0) as f64,
+        })
+        .collect();
+    if let Some(last) = rows.last() {
+        let covered = elapsed_s - last.second as f64;
+        if covered < 0.2 {
+            out.pop();
+        } else if covered < 1.0 {
+            let r = out.last_mut().expect("a row for each");
+            for v in [&mut r.offered, &mut r.sent, &mut r.ok, &mut r.errors] {
+                *v /= covered;
+            }
+        }
+    }
+    out
+}
+
+/// A stretch of time over which the balancer held one backend in one state.
+#[derive(Debug, Clone, PartialEq)]
+struct Span {
+    from_s: f64,
+    to_s: f64,
+    state: String,
+}
+
+/// Each backend's states in the balancer's view over `[start, end]` seconds of the
+/// case, from the events that changed them; a backend before its first change was
+/// in that change's `from` state.
+fn lanes(events: &[Event], start: f64, end: f64) -> Vec<(String, Vec<Span>)> {
+    let mut out: Vec<(String, Vec<Span>)> = Vec::new();
+    let mut changes: Vec<(f64, &Change)> = events
+        .iter()
+        .filter_map(|e| e.change.as_ref().map(|c| (e.at_s, c)))
+        .collect();
+    changes.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut backends: Vec<&str> = changes.iter().map(|(_, c)| c.backend.as_str()).collect();
+    backends.sort_unstable();
+    backends.dedup();
+    for backend in backends {
+        let mine: Vec<&(f64, &Change)> = changes
+            .iter()
+            .filter(|(_, c)| c.backend == backend)
+            .collect();
+        let mut state = mine
+            .iter()
+            .rev()
+            .find(|(at, _)| *at <= start)
+            .map_or_else(|| mine[0].1.from.clone(), |(_, c)| c.to.clone());
+        let mut spans = Vec::new();
+        let mut from_s = start;
+        for (at, c) in mine.iter().filter(|(at, _)| *at > start && *at < end) {
+            spans.push(Span {
+                from_s,
+                to_s: *at,
+                state: state.clone(),
+            });
+            state = c.to.clone();
+            from_s = *at;
+        }
+        spans.push(Span {
+            from_s,
+            to_s: end,
+            state,
+        });
+        // A lane that never leaves `up` tells nothing.
+        if spans.iter().any(|s| s.state != "up") {
+            out.push((backend.to_string(), spans));
+        }
+    }
+    out
+}
+
+fn state_color(state: &str) -> &'static str {
+    match state {
+        "up" => "#2a9d3f",
+        "down" => "#d0312d",
+        "draining" | "drain" => "#e0a030",
+        _ => "#888",
+    }
+}
+
+fn kind_color(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::Fault => "#b36b00",
+        EventKind::Action => "#00838f",
+        EventKind::Balancer => "#7a3fbf",
+        EventKind::Log => "#888",
+    }
+}
+
+/// A per-second line chart of one run: offered (open loop only), sent, ok, errors,
+/// and queue depth (on its own scale); the faults put on and the case's actions as
+/// numbered vertical lines listed under it; and a lane per backend with the
+/// balancer's view of it over the run.
 fn chart(out: &mut String, r: &CaseReport, run: &Run) {
-    let rows = &run.load.rows;
+    plot(
+        out,
+        &r.events,
+        &Plot {
+            label: &run.label,
+            started_s: run.started_s,
+            rows: &run.load.rows,
+            elapsed_s: run.load.elapsed_s,
+            open: run.load.offered.is_some(),
+        },
+    );
+}
+
+/// What [`plot`] draws of one run.
+struct Plot<'a> {
+    label: &'a str,
+    /// On the case's clock.
+    started_s: f64,
+    rows: &'a [load::Row],
+    elapsed_s: f64,
+    /// Open loop: it has an offered rate.
+    open: bool,
+}
+
+fn plot(out: &mut String, events: &[Event], run: &Plot) {
+    let rows = rates(run.rows, run.elapsed_s);
     if rows.len() < 2 {
         return; // under a second: the figures say it all
     }
-    let (w, h, left, bottom, top) = (860.0, 260.0, 50.0, 30.0, 20.0);
+    let open = run.open;
+    let end = run.started_s + rows.len() as f64;
+    let lanes = lanes(events, run.started_s, end);
+    let (w, plot_h, left, bottom, top) = (860.0, 260.0, 50.0, 30.0, 20.0);
+    let lane_h = 16.0;
+    let h = plot_h + lanes.len() as f64 * lane_h + if lanes.is_empty() { 0.0 } else { 6.0 };
     let n = rows.len().max(2) as f64;
-    let errors = |row: &load::Row| row.errors.values().sum::<u64>() as f64;
-    let series: [(&str, &str, Vec<f64>); 4] = [
-        (
-            "offered",
-            "#999",
-            rows.iter().map(|r| r.offered.unwrap_or(0.0)).collect(),
-        ),
-        (
-            "sent",
-            "#1f5fbf",
-            rows.iter().map(|r| r.sent as f64).collect(),
-        ),
-        ("ok", "#2a9d3f", rows.iter().map(|r| r.ok as f64).collect()),
-        ("errors", "#d0312d", rows.iter().map(errors).collect()),
-    ];
-    let depth: Vec<f64> = rows
-        .iter()
-        .map(|r| r.depth.unwrap_or(0).max(0) as f64)
-        .collect();
+    let series: Vec<(&str, &str, Vec<f64>)> = [
+        ("offered", "#999", rows.iter().map(|r| r.offered).collect()),
+        ("sent", "#1f5fbf", rows.iter().map(|r| r.sent).collect()),
+        ("ok", "#2a9d3f", rows.iter().map(|r| r.ok).collect()),
+        ("errors", "#d0312d", rows.iter().map(|r| r.errors).collect()),
+    ]
+    .into_iter()
+    .filter(|(name, _, _)| open || *name != "offered")
+    .collect();
+    let depth: Vec<f64> = rows.iter().map(|r| r.depth).collect();
     let max = series
         .iter()
         .flat_map(|(_, _, v)| v.iter().copied())
         .fold(1.0, f64::max);
     let max_depth = depth.iter().copied().fold(0.0, f64::max);
-    let x = |i: usize| left + (w - left - 10.0) * i as f64 / (n - 1.0);
-    let y = |v: f64, m: f64| top + (h - top - bottom) * (1.0 - v / m);
+    let span = w - left - 10.0;
+    let x = |i: usize| left + span * i as f64 / (n - 1.0);
+    // A point of the case's clock on this chart's axis.
+    let at_x = |at_s: f64| left + span * ((at_s - run.started_s) / (n - 1.0)).clamp(0.0, 1.0);
+    let y = |v: f64, m: f64| top + (plot_h - top - bottom) * (1.0 - v / m);
     let _ = writeln!(
         out,
         "<h3>{}</h3><svg width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\">",
-        esc(&run.label)
+        esc(run.label)
     );
     for k in 0..=4 {
         let v = max * k as f64 / 4.0;
@@ -203,23 +344,28 @@ fn chart(out: &mut String, r: &CaseReport, run: &Run) {
             out,
             "<text x=\"{:.1}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{i} s</text>",
             x(i),
-            h - 10.0
+            plot_h - 10.0
         );
     }
-    // Events inside this run's window, shifted to its clock.
-    let end = run.started_s + rows.len() as f64;
-    for e in r
-        .events
+    // Faults and actions inside this run's window, numbered on the chart and
+    // listed under it; the balancer's view has its lanes, its log the table.
+    let marked: Vec<&Event> = events
         .iter()
+        .filter(|e| matches!(e.kind, EventKind::Fault | EventKind::Action))
         .filter(|e| e.at_s >= run.started_s && e.at_s <= end)
-    {
-        let ex = left + (w - left - 10.0) * (e.at_s - run.started_s) / (n - 1.0);
+        .collect();
+    for (k, e) in marked.iter().enumerate() {
+        let ex = at_x(e.at_s);
+        let color = kind_color(e.kind);
         let _ = write!(
             out,
-            "<line x1=\"{ex:.1}\" x2=\"{ex:.1}\" y1=\"{top}\" y2=\"{}\" stroke=\"#b36b00\" stroke-dasharray=\"3 3\"><title>{:.2} s: {}</title></line>",
-            h - bottom,
+            "<line x1=\"{ex:.1}\" x2=\"{ex:.1}\" y1=\"{top}\" y2=\"{}\" stroke=\"{color}\" stroke-dasharray=\"3 3\"><title>{:.2} s: {}</title></line><text x=\"{:.1}\" y=\"{}\" font-size=\"10\" fill=\"{color}\">{}</text>",
+            plot_h - bottom,
             e.at_s,
-            esc(&e.what)
+            esc(&e.what),
+            ex + 2.0,
+            top - 6.0 + 9.0 * (k % 2) as f64,
+            k + 1
         );
     }
     let mut polyline = |values: &[f64], m: f64, color: &str, dash: &str| {
@@ -235,9 +381,6 @@ fn chart(out: &mut String, r: &CaseReport, run: &Run) {
         );
     };
     for (name, color, values) in &series {
-        if *name == "offered" && run.load.offered.is_none() {
-            continue;
-        }
         polyline(
             values,
             max,
@@ -247,6 +390,29 @@ fn chart(out: &mut String, r: &CaseReport, run: &Run) {
     }
     if max_depth > 0.0 {
         polyline(&depth, max_depth, "#7a3fbf", "2 2");
+    }
+    for (row, (backend, spans)) in lanes.iter().enumerate() {
+        let ly = plot_h + 4.0 + row as f64 * lane_h;
+        let _ = write!(
+            out,
+            "<text x=\"4\" y=\"{:.1}\" font-size=\"10\">{}</text>",
+            ly + 11.0,
+            esc(backend)
+        );
+        for s in spans {
+            let (x1, x2) = (at_x(s.from_s), at_x(s.to_s));
+            let _ = write!(
+                out,
+                "<rect x=\"{x1:.1}\" y=\"{ly:.1}\" width=\"{:.1}\" height=\"{}\" fill=\"{}\"><title>{}: {} from {:.2} s to {:.2} s</title></rect>",
+                (x2 - x1).max(0.5),
+                lane_h - 4.0,
+                state_color(&s.state),
+                esc(backend),
+                esc(&s.state),
+                s.from_s,
+                s.to_s
+            );
+        }
     }
     *out += "</svg>\n<p class=\"legend\">";
     for (name, color, _) in &series {
@@ -258,7 +424,41 @@ fn chart(out: &mut String, r: &CaseReport, run: &Run) {
             "<span style=\"color:#7a3fbf\">■ queue depth (max {max_depth:.0}, own scale)</span>"
         );
     }
-    *out += "<span style=\"color:#b36b00\">┆ event (hover)</span></p>\n";
+    for kind in [EventKind::Fault, EventKind::Action] {
+        if marked.iter().any(|e| e.kind == kind) {
+            let _ = write!(
+                out,
+                "<span style=\"color:{}\">┆ {}</span>",
+                kind_color(kind),
+                kind.word()
+            );
+        }
+    }
+    if !lanes.is_empty() {
+        *out += "<span>the balancer's view, per backend: ";
+        for state in ["up", "down", "draining"] {
+            let _ = write!(
+                out,
+                "<span style=\"color:{}\">■ {state}</span> ",
+                state_color(state)
+            );
+        }
+        *out += "</span>";
+    }
+    *out += "</p>\n";
+    if !marked.is_empty() {
+        *out += "<ol class=\"events\">";
+        for e in &marked {
+            let _ = write!(
+                out,
+                "<li style=\"color:{}\">{:.2} s — {}</li>",
+                kind_color(e.kind),
+                e.at_s - run.started_s,
+                esc(&e.what)
+            );
+        }
+        *out += "</ol>\n";
+    }
 }
 
 /// Horizontal bars of each backend's share.
@@ -286,6 +486,103 @@ fn bars(out: &mut String, shares: &[(String, f64)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(second: usize, ok: u64) -> load::Row {
+        load::Row {
+            second,
+            offered: None,
+            sent: ok,
+            retries: 0,
+            ok,
+            errors: Default::default(),
+            mean_ms: None,
+            p99_ms: None,
+            depth: None,
+            time_wait: None,
+        }
+    }
+
+    #[test]
+    fn a_last_part_second_is_a_rate_or_left_out() {
+        let rows = [row(0, 100), row(1, 100), row(2, 50)];
+        // Half a second in the last row: 50 in it is 100 per second.
+        let r = rates(&rows, 2.5);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[2].ok, 100.0);
+        assert_eq!(r[2].sent, 100.0);
+        // A tenth of a second is no rate: the row goes.
+        let r = rates(&[row(0, 100), row(1, 100), row(2, 3)], 2.1);
+        assert_eq!(r.len(), 2);
+        // Whole seconds stay as they are.
+        let r = rates(&rows, 3.0);
+        assert_eq!(r[2].ok, 50.0);
+    }
+
+    fn change(at_s: f64, backend: &str, from: &str, to: &str) -> Event {
+        Event::change(at_s, format!("{backend} {from} → {to}"), backend, from, to)
+    }
+
+    #[test]
+    fn a_lane_follows_the_balancers_view_and_skips_backends_always_up() {
+        let events = [
+            change(1.0, "b", "up", "down"),
+            change(3.0, "b", "down", "up"),
+            Event::new(EventKind::Fault, 0.5, "b: add loss"),
+            change(9.0, "c", "UP", "DRAIN"),
+        ];
+        let l = lanes(&events, 0.0, 5.0);
+        assert_eq!(l.len(), 1, "{l:?}");
+        let (name, spans) = &l[0];
+        assert_eq!(name, "b");
+        let states: Vec<(f64, f64, &str)> = spans
+            .iter()
+            .map(|s| (s.from_s, s.to_s, s.state.as_str()))
+            .collect();
+        assert_eq!(
+            states,
+            [(0.0, 1.0, "up"), (1.0, 3.0, "down"), (3.0, 5.0, "up")]
+        );
+        // A window after the change starts in the state it left.
+        let l = lanes(&events, 9.5, 12.0);
+        assert_eq!(l[0].0, "c");
+        assert_eq!(l[0].1[0].state, "draining");
+    }
+
+    #[test]
+    fn a_chart_labels_its_faults_and_actions_and_lists_offered_only_for_open_loop() {
+        let rows = [row(0, 10), row(1, 10), row(2, 10), row(3, 10)];
+        let events = [
+            Event::new(EventKind::Fault, 1.0, "b: add drop_request (probe)"),
+            Event::new(EventKind::Action, 2.0, "balancer: b set draining"),
+            change(2.5, "b", "up", "down"),
+            Event::new(EventKind::Log, 2.6, "haproxy log: b is DOWN"),
+        ];
+        let mut closed = String::new();
+        let plot_of = |open| Plot {
+            label: "run",
+            started_s: 0.0,
+            rows: &rows,
+            elapsed_s: 4.0,
+            open,
+        };
+        plot(&mut closed, &events, &plot_of(false));
+        assert!(!closed.contains("offered"), "{closed}");
+        // Numbered on the chart, listed under it, the log line left to the table.
+        assert!(closed.contains(">1</text>") && closed.contains(">2</text>"));
+        assert!(
+            closed
+                .contains("<li style=\"color:#b36b00\">1.00 s — b: add drop_request (probe)</li>")
+        );
+        assert!(
+            closed.contains("<li style=\"color:#00838f\">2.00 s — balancer: b set draining</li>")
+        );
+        assert!(!closed.contains("haproxy log"));
+        // The lane: b down from 2.5 s.
+        assert!(closed.contains("b: down from 2.50 s to 4.00 s"), "{closed}");
+        let mut open = String::new();
+        plot(&mut open, &events, &plot_of(true));
+        assert!(open.contains("offered/s"));
+    }
 
     #[test]
     fn html_escapes_what_cases_write() {

@@ -402,20 +402,11 @@ impl Bench {
                 at_s
             }
         };
-        self.report.events.push(Event {
+        self.report.events.push(Event::new(
+            EventKind::Action,
             at_s,
-            what: "balancer started again".into(),
-        });
+            "balancer started again",
+        ));
         at_s
-    }
-}
-
-/// A product's word for a backend's state, in the built-in balancer's words.
-fn state_word(word: &str) -> String {
-    match word {
-        "UP" => "up".into(),
-        "DOWN" => "down".into(),
-        "DRAIN" | "NOLB" => "draining".into(),
-        other => other.to_lowercase(),
     }
 }

@@ -107,16 +107,22 @@ impl Bench {
                     Action::Drain(d) => format!("{id}: drain ({:?})", d.mode),
                     Action::Undrain => format!("{id}: undrain"),
                 };
-                self.report.events.push(Event {
-                    at_s: self.now_s() + change.at.as_secs_f64(),
+                let kind = match &change.action {
+                    Action::Add(_) | Action::Remove(_) => EventKind::Fault,
+                    Action::Drain(_) | Action::Undrain => EventKind::Action,
+                };
+                self.report.events.push(Event::new(
+                    kind,
+                    self.now_s() + change.at.as_secs_f64(),
                     what,
-                });
+                ));
             }
             for f in &spec.config.faults {
-                self.report.events.push(Event {
-                    at_s: self.now_s(),
-                    what: format!("{id}: {} ({}) from the start", describe(f), scope(f)),
-                });
+                self.report.events.push(Event::new(
+                    EventKind::Fault,
+                    self.now_s(),
+                    format!("{id}: {} ({}) from the start", describe(f), scope(f)),
+                ));
             }
             scenario.proxies.push(spec);
         }

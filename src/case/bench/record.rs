@@ -23,21 +23,17 @@ impl Bench {
         self.report.notes.push(note.into());
     }
 
-    /// Records an event at `at_s` seconds into the case.
+    /// Records something the case did at `at_s` seconds into it.
     pub fn report_event(&mut self, at_s: f64, what: impl Into<String>) {
-        self.report.events.push(Event {
-            at_s,
-            what: what.into(),
-        });
+        self.report
+            .events
+            .push(Event::new(EventKind::Action, at_s, what));
     }
 
-    /// Records an event now.
-    pub fn event(&mut self, what: impl Into<String>) {
+    /// Records an event of `kind` now.
+    pub fn event(&mut self, kind: EventKind, what: impl Into<String>) {
         let at_s = self.now_s();
-        self.report.events.push(Event {
-            at_s,
-            what: what.into(),
-        });
+        self.report.events.push(Event::new(kind, at_s, what));
     }
 
     /// Ends the case: gathers the balancer's transitions and the interposers'
@@ -49,16 +45,18 @@ impl Bench {
         for external in &self.externals {
             self.report.products.push(external.run_record());
             for (at, what) in external.acted() {
-                self.report.events.push(Event {
-                    at_s: at.saturating_duration_since(self.t0).as_secs_f64(),
-                    what: format!("{}: {what}", external.driver.name),
-                });
+                self.report.events.push(Event::new(
+                    EventKind::Action,
+                    at.saturating_duration_since(self.t0).as_secs_f64(),
+                    format!("{}: {what}", external.driver.name),
+                ));
             }
             for (at, line) in external.logged() {
-                self.report.events.push(Event {
-                    at_s: at.saturating_duration_since(self.t0).as_secs_f64(),
-                    what: format!("{} log: {line}", external.driver.name),
-                });
+                self.report.events.push(Event::new(
+                    EventKind::Log,
+                    at.saturating_duration_since(self.t0).as_secs_f64(),
+                    format!("{} log: {line}", external.driver.name),
+                ));
             }
             external.clean();
         }
@@ -85,29 +83,37 @@ impl Bench {
             let stats = handle.balancer.stats();
             for b in stats["backends"].as_array().into_iter().flatten() {
                 for t in b["transitions"].as_array().into_iter().flatten() {
-                    self.report.events.push(Event {
-                        at_s: handle.started_s + t["at_ms"].as_f64().unwrap_or(0.0) / 1000.0,
-                        what: format!(
-                            "balancer: {} {} → {} ({})",
-                            b["id"].as_str().unwrap_or("?"),
-                            t["from"].as_str().unwrap_or("?"),
-                            t["to"].as_str().unwrap_or("?"),
+                    let (id, from, to) = (
+                        b["id"].as_str().unwrap_or("?"),
+                        t["from"].as_str().unwrap_or("?"),
+                        t["to"].as_str().unwrap_or("?"),
+                    );
+                    self.report.events.push(Event::change(
+                        handle.started_s + t["at_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+                        format!(
+                            "balancer: {id} {from} → {to} ({})",
                             t["why"].as_str().unwrap_or("")
                         ),
-                    });
+                        id,
+                        from,
+                        to,
+                    ));
                 }
             }
             self.report.balancer = stats;
         }
         for external in &self.externals {
             for seen in external.seen() {
-                self.report.events.push(Event {
-                    at_s: seen.at.saturating_duration_since(self.t0).as_secs_f64(),
-                    what: format!(
+                self.report.events.push(Event::change(
+                    seen.at.saturating_duration_since(self.t0).as_secs_f64(),
+                    format!(
                         "{}: {} {} → {}",
                         external.driver.name, seen.id, seen.from, seen.to
                     ),
-                });
+                    &seen.id,
+                    &seen.from,
+                    &seen.to,
+                ));
             }
         }
         self.report.events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
