@@ -109,10 +109,12 @@ pub async fn run(
     product: Product,
     seed: u64,
     length: Length,
+    ports: crate::lab::listen::Ports,
     shutdown: Shutdown,
     on_progress: OnProgress,
 ) -> CaseReport {
     let mut bench = Bench::new(case, product, seed, length, shutdown, on_progress);
+    bench.listen_in(ports);
     let result = (case.run)(&mut bench).await;
     bench.finish(result).await
 }

@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod balancer;
 pub mod driver;
+pub mod listen;
 pub mod load;
 
 use std::{convert::Infallible, future::Future, net::SocketAddr, time::Duration};

@@ -71,6 +71,7 @@ fn the_products_run_the_cases_they_can() {
     caddy_runs_share_checks_and_drain_and_its_events_are_its_view();
     traefik_runs_share_checks_and_drain_through_its_watched_file();
     an_external_balancer_started_by_hand_on_the_printed_addresses_passes();
+    every_listening_port_of_a_run_stays_in_its_port_range_as_ss_sees_it();
 }
 
 /// `--balancer external`: the case prints where its parts are and waits; here the
@@ -365,5 +366,88 @@ fn nginx_runs_share_and_kill_and_refuses_what_it_lacks() {
             .unwrap()
             .contains("passive ones only")
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The listening ports `ss` shows for process `pid` and its children.
+fn listening(pid: u32) -> Vec<u16> {
+    let out = std::process::Command::new("ss")
+        .args(["-Htlnp"])
+        .output()
+        .expect("ss runs");
+    let parent = |p: u32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat"))
+            .ok()
+            .and_then(|s| {
+                // After the command name in parentheses: state, then the parent's PID.
+                let rest = &s[s.rfind(')')? + 2..];
+                rest.split(' ').nth(1)?.parse::<u32>().ok()
+            })
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| {
+            line.split("pid=").skip(1).any(|p| {
+                let p: u32 = p
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                p == pid || parent(p) == Some(pid)
+            })
+        })
+        .filter_map(|line| {
+            let local = line.split_whitespace().nth(3)?;
+            local.rsplit(':').next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// `--port-range`: what `ss` sees listening, snag's and HAProxy's, stays inside.
+fn every_listening_port_of_a_run_stays_in_its_port_range_as_ss_sees_it() {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(ports_in_range());
+}
+
+async fn ports_in_range() {
+    let dir = std::env::temp_dir().join(format!("snag-port-range-{}", std::process::id()));
+    let mut command = common::process::snag(&[
+        "case",
+        "share-rr,health-exclude",
+        "--balancer",
+        "haproxy",
+        "--quick",
+        "--port-range",
+        "42100-42139",
+    ]);
+    command.arg("--report-dir").arg(&dir);
+    let mut snag = common::process::Process::spawn(command);
+    let pid = snag.pid();
+    let mut seen = std::collections::BTreeSet::new();
+    let watcher = tokio::spawn(async move {
+        let mut seen = std::collections::BTreeSet::new();
+        loop {
+            seen.extend(listening(pid));
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            if std::fs::metadata(format!("/proc/{pid}")).is_err() {
+                return seen;
+            }
+        }
+    });
+    snag.exit(300).await;
+    seen.extend(watcher.await.unwrap());
+    // Backends, interposers and their probe listeners, HAProxy and its stats port.
+    assert!(seen.len() >= 8, "{seen:?}");
+    assert!(
+        seen.iter().all(|p| (42100..=42139).contains(p)),
+        "ports outside 42100-42139: {seen:?}"
+    );
+    for case in ["share-rr", "health-exclude"] {
+        assert_pass(&report(&dir, &format!("{case}@haproxy")));
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

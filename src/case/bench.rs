@@ -30,6 +30,7 @@ use crate::{
         backend::{self, Backend},
         balancer::{self, BackendProtocol, BackendSpec, Balancer},
         driver::{External, Feature, Product, Unsupported},
+        listen::Ports,
         load::{self, Plan, Target},
     },
     proxy::{Mode, Proxy, RunContext},
@@ -59,6 +60,8 @@ pub struct Bench {
     /// certificate: (cert, key, CA).
     protocol: BackendProtocol,
     tls: Option<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)>,
+    /// Where its parts listen.
+    ports: Ports,
     /// CPU times when the case began, to tell what other programs took.
     host: Option<crate::host::Mark>,
     on_progress: super::OnProgress,
@@ -112,6 +115,7 @@ impl Bench {
             parts_s: 0.0,
             protocol: BackendProtocol::H1,
             tls: None,
+            ports: Ports::default(),
             host: crate::host::Mark::now(),
             on_progress,
         }
@@ -134,7 +138,13 @@ impl Bench {
             self.on_progress.clone(),
         );
         sub.protocol = self.protocol;
+        sub.ports = self.ports.clone();
         sub
+    }
+
+    /// Keeps every part's listening ports inside `ports` (`--port-range`).
+    pub fn listen_in(&mut self, ports: Ports) {
+        self.ports = ports;
     }
 
     /// What the balancer speaks to the backends' interposers (before `parts`): h2

@@ -59,6 +59,11 @@ pub struct CaseArgs {
     /// Seed for every random choice; printed when not given.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Every part's listening ports (interposers, probe listeners, backends, the
+    /// balancer and its admin port) from FIRST-LAST, e.g. 41000-41999; the
+    /// generator's source ports stay the kernel's ephemeral range.
+    #[arg(long, default_value = "any", value_parser = port_range)]
+    pub port_range: crate::lab::listen::Ports,
 }
 
 /// `snag backend`.
@@ -322,4 +327,11 @@ pub struct PortsArgs {
     /// One JSON object per report instead of tables.
     #[arg(long)]
     pub json: bool,
+}
+
+fn port_range(s: &str) -> Result<crate::lab::listen::Ports, String> {
+    if s == "any" {
+        return Ok(Default::default());
+    }
+    s.parse()
 }

@@ -77,6 +77,7 @@ pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
                 } else {
                     case::Length::Full
                 },
+                args.port_range.clone(),
                 shutdown.child(),
                 std::sync::Arc::new(progress),
             )

@@ -144,7 +144,7 @@ impl Bench {
             }
         };
         let Some(driver) = driver else {
-            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            let listener = self.ports.listener()?;
             let (addr, balancer) = self.serve_balancer(listener, |c| *c = config)?;
             return Ok((addr, Lb::Builtin(balancer)));
         };
@@ -155,7 +155,15 @@ impl Bench {
             self.product,
             self.t0.elapsed().as_nanos()
         ));
-        let external = External::start(driver, &config, &dir, None, self.shutdown.child()).await?;
+        let external = External::start(
+            driver,
+            &config,
+            &dir,
+            None,
+            &self.ports,
+            self.shutdown.child(),
+        )
+        .await?;
         self.externals.push(external.clone());
         Ok((external.addr, Lb::External(external)))
     }
@@ -348,14 +356,21 @@ impl Bench {
                 self.product,
                 self.t0.elapsed().as_nanos()
             ));
+            let ports = self.ports.clone();
             return Ok(tokio::spawn(async move {
                 tokio::time::sleep_until(kill).await;
                 old.kill_now().await;
                 tokio::time::sleep_until(back).await;
                 let config = old.config().clone();
-                let again =
-                    External::start(old.driver.clone(), &config, &dir, Some(old.addr), token)
-                        .await?;
+                let again = External::start(
+                    old.driver.clone(),
+                    &config,
+                    &dir,
+                    Some(old.addr),
+                    &ports,
+                    token,
+                )
+                .await?;
                 Ok(Restarted::External(again, t0.elapsed().as_secs_f64()))
             }));
         }

@@ -62,7 +62,7 @@ impl Bench {
         for id in ids {
             let mut config = backend::Config::new(id);
             tune(id, &mut config);
-            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            let listener = self.ports.listener()?;
             let addr = listener.local_addr()?;
             let backend = Backend::new(config);
             tokio::spawn(backend::serve(
@@ -92,8 +92,8 @@ impl Bench {
             // Every case's interposer: HTTP, a probe listener, in front of its backend.
             let config = &mut spec.config;
             config.upstream = addr.to_string();
-            config.listen = any;
-            config.probe_listen = Some(any);
+            config.listen = self.ports.free()?;
+            config.probe_listen = Some(self.ports.free()?);
             config.mode = Mode::Http;
             config.instance = Some(id.clone());
             if let Some((cert, key, _)) = self.run_tls()? {

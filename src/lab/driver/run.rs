@@ -60,27 +60,23 @@ pub struct ProductRun {
     pub log_tail: Vec<String>,
 }
 
-/// A free loopback port: the product binds it itself.
-fn free_port() -> std::io::Result<SocketAddr> {
-    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
-}
-
 impl External {
     /// Fills the driver's configuration for `config` into `dir`, starts the product on
-    /// `at` (or a free loopback port), and waits (up to 10 s) until it accepts
+    /// `at` (or a free loopback port from `ports`, as is its admin port), and waits (up to 10 s) until it accepts
     /// connections and its ready URL, if any, answers 200.
     pub async fn start(
         driver: Arc<Driver>,
         config: &balancer::Config,
         dir: &Path,
         at: Option<SocketAddr>,
+        ports: &crate::lab::listen::Ports,
         shutdown: Shutdown,
     ) -> anyhow::Result<Arc<External>> {
         let addr = match at {
             Some(addr) => addr,
-            None => free_port()?,
+            None => ports.free()?,
         };
-        let admin = free_port()?;
+        let admin = ports.free()?;
         std::fs::create_dir_all(dir)?;
         let version =
             match driver.version_command() {
