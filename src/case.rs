@@ -102,6 +102,16 @@ impl Length {
     }
 }
 
+/// What the person running the cases chose for all of them.
+#[derive(Debug, Clone, Default)]
+pub struct Setup {
+    /// Where the parts listen (`--port-range`).
+    pub ports: crate::lab::listen::Ports,
+    /// What the balancer speaks to the backends (`--backend-protocol`) in the cases
+    /// that leave it open; the HTTP/2 cases take `h2` from it, and h2c otherwise.
+    pub protocol: Option<crate::lab::balancer::BackendProtocol>,
+}
+
 /// Runs `case` once against `product`, to its report; every part it started is
 /// stopped when it returns.
 pub async fn run(
@@ -109,12 +119,12 @@ pub async fn run(
     product: Product,
     seed: u64,
     length: Length,
-    ports: crate::lab::listen::Ports,
+    setup: Setup,
     shutdown: Shutdown,
     on_progress: OnProgress,
 ) -> CaseReport {
     let mut bench = Bench::new(case, product, seed, length, shutdown, on_progress);
-    bench.listen_in(ports);
+    bench.set_up(setup);
     let result = (case.run)(&mut bench).await;
     bench.finish(result).await
 }

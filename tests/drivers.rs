@@ -9,7 +9,16 @@ use std::path::Path;
 
 /// Runs `snag case` against `balancer`; the report directory.
 fn run(cases: &str, balancer: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("snag-drivers-{balancer}-{}", std::process::id()));
+    run_with(cases, balancer, &[])
+}
+
+/// [`run`] with more arguments.
+fn run_with(cases: &str, balancer: &str, more: &[&str]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "snag-drivers-{}-{}",
+        balancer.replace(',', "-"),
+        std::process::id()
+    ));
     let mut command = common::process::snag(&[
         "case",
         cases,
@@ -19,6 +28,7 @@ fn run(cases: &str, balancer: &str) -> std::path::PathBuf {
         "--seed",
         "11",
     ]);
+    command.args(more);
     command.arg("--report-dir").arg(&dir);
     // Its verdicts are read from the report files, not from the exit code.
     common::process::run_blocking(command, 300);
@@ -72,6 +82,49 @@ fn the_products_run_the_cases_they_can() {
     traefik_runs_share_checks_and_drain_through_its_watched_file();
     an_external_balancer_started_by_hand_on_the_printed_addresses_passes();
     every_listening_port_of_a_run_stays_in_its_port_range_as_ss_sees_it();
+    every_product_checks_and_serves_over_h2_with_the_runs_ca();
+}
+
+/// `--backend-protocol h2`: each product speaks HTTP/2 over TLS to the interposers,
+/// trusting the CA made for the run, and its health checks go over TLS too.
+fn every_product_checks_and_serves_over_h2_with_the_runs_ca() {
+    let dir = run_with(
+        "health-exclude,grpc-probe-loss",
+        "builtin,haproxy,caddy,traefik",
+        &["--backend-protocol", "h2"],
+    );
+    assert_pass(&report(&dir, "health-exclude"));
+    assert_pass(&report(&dir, "grpc-probe-loss"));
+    for (name, config_has) in [
+        ("haproxy", "alpn h2 check-ssl check-alpn h2"),
+        ("caddy", "\"root_ca_pem_files\""),
+        ("traefik", "url = \"https://"),
+    ] {
+        let r = report(&dir, &format!("health-exclude@{name}"));
+        assert_pass(&r);
+        product(&r, name, config_has);
+        // The interposers saw TLS from the product's checks and data alike.
+        for part in ["a", "b", "c"] {
+            let p = &r["interposers"][part];
+            assert_eq!(p["tls_failures"], 0, "{name} {part}: {p:#}");
+            assert!(
+                p["requests"]["probe"].as_u64().unwrap() > 0,
+                "{name} {part}: {p:#}"
+            );
+        }
+    }
+    // Traefik's gRPC checks do not do TLS: N/A with what it did.
+    let grpc = report(&dir, "grpc-probe-loss@traefik");
+    assert_eq!(grpc["verdict"], "unsupported");
+    assert!(
+        grpc["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("server preface"),
+        "{:#}",
+        grpc["notes"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--balancer external`: the case prints where its parts are and waits; here the

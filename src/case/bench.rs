@@ -62,6 +62,8 @@ pub struct Bench {
     tls: Option<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)>,
     /// Where its parts listen.
     ports: Ports,
+    /// What `--backend-protocol` asked for, if anything.
+    asked: Option<BackendProtocol>,
     /// CPU times when the case began, to tell what other programs took.
     host: Option<crate::host::Mark>,
     on_progress: super::OnProgress,
@@ -116,6 +118,7 @@ impl Bench {
             protocol: BackendProtocol::H1,
             tls: None,
             ports: Ports::default(),
+            asked: None,
             host: crate::host::Mark::now(),
             on_progress,
         }
@@ -138,19 +141,48 @@ impl Bench {
             self.on_progress.clone(),
         );
         sub.protocol = self.protocol;
+        sub.asked = self.asked;
         sub.ports = self.ports.clone();
         sub
     }
 
-    /// Keeps every part's listening ports inside `ports` (`--port-range`).
-    pub fn listen_in(&mut self, ports: Ports) {
-        self.ports = ports;
+    /// Takes what the person running the cases chose: where the parts listen, and
+    /// what the balancer speaks to the backends.
+    pub fn set_up(&mut self, setup: super::Setup) {
+        self.ports = setup.ports;
+        self.asked = setup.protocol;
+        if let Some(protocol) = setup.protocol {
+            self.protocol = protocol;
+        }
     }
 
-    /// What the balancer speaks to the backends' interposers (before `parts`): h2
-    /// gives every interposer the run's certificate and the balancer its CA.
+    /// What the balancer speaks to the backends' interposers (before `parts`), for
+    /// a case whose point needs that protocol, whatever `--backend-protocol` asked
+    /// (the report says so): h2 gives every interposer the run's certificate and the
+    /// balancer its CA.
     pub fn speak(&mut self, protocol: BackendProtocol) {
+        if let Some(asked) = self.asked
+            && asked != protocol
+        {
+            self.note(format!(
+                "the balancer speaks {} to the backends in this case, not {} as asked: the case is about {}",
+                protocol_name(protocol),
+                protocol_name(asked),
+                protocol_name(protocol)
+            ));
+        }
         self.protocol = protocol;
+    }
+
+    /// HTTP/2 to the backends' interposers: over TLS when `--backend-protocol h2`
+    /// asked for it, in clear (h2c) otherwise.
+    pub fn speak_http2(&mut self) {
+        let protocol = if self.asked == Some(BackendProtocol::H2) {
+            BackendProtocol::H2
+        } else {
+            BackendProtocol::H2c
+        };
+        self.speak(protocol);
     }
 
     /// Ends `sub` and keeps its runs and events, on this case's clock.
@@ -170,6 +202,7 @@ impl Bench {
         self.report
             .backends_overslept
             .extend(report.backends_overslept);
+        self.report.products.extend(report.products);
         if self.report.balancer.is_null() {
             self.report.balancer = report.balancer;
         }
@@ -188,5 +221,14 @@ impl Bench {
     /// Seconds since the case started.
     pub fn now_s(&self) -> f64 {
         self.t0.elapsed().as_secs_f64()
+    }
+}
+
+/// A protocol to the backends as people say it.
+fn protocol_name(protocol: BackendProtocol) -> &'static str {
+    match protocol {
+        BackendProtocol::H1 => "HTTP/1.1",
+        BackendProtocol::H2c => "HTTP/2 in clear (h2c)",
+        BackendProtocol::H2 => "HTTP/2 over TLS (h2)",
     }
 }

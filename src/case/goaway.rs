@@ -129,7 +129,7 @@ impl Seen {
 /// them (round robin, passive marking after 3 failures, one retry), and keep-alive
 /// GETs beside POSTs with transaction ids for 4 s, 6 connections each.
 async fn run(b: &mut Bench, file: &'static str) -> anyhow::Result<Seen> {
-    b.speak(BackendProtocol::H2c);
+    b.speak_http2();
     run_with(b, file, Arrivals::Closed { connections: 6 }, 3).await
 }
 
@@ -321,6 +321,8 @@ async fn open_streams(b: &mut Bench) -> anyhow::Result<()> {
 }
 
 async fn keepalive_race(b: &mut Bench) -> anyhow::Result<()> {
+    // Keep-alive timeouts racing reuse are HTTP/1.1's.
+    b.speak(BackendProtocol::H1);
     let open = Arrivals::Open {
         rate: 150.0,
         shape: None,

@@ -5,11 +5,7 @@
 use std::time::Duration;
 
 use super::{Bench, Case, share::summary};
-use crate::lab::{
-    balancer::{BackendProtocol, HealthCheck},
-    driver::Feature,
-    load::Arrivals,
-};
+use crate::lab::{balancer::HealthCheck, driver::Feature, load::Arrivals};
 
 /// The cases in this file.
 pub const CASES: &[Case] = &[
@@ -202,7 +198,7 @@ async fn grpc_probe_loss(b: &mut Bench) -> anyhow::Result<()> {
     let mut seen = Vec::new();
     for (label, file) in runs {
         let mut run = b.sub();
-        run.speak(BackendProtocol::H2c);
+        run.speak_http2();
         let parts = run.parts(&["a", "b", "c"], Some(file), |_, _| {}).await?;
         let rules = HealthCheck {
             grpc: true,

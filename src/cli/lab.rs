@@ -64,6 +64,11 @@ pub struct CaseArgs {
     /// generator's source ports stay the kernel's ephemeral range.
     #[arg(long, default_value = "any", value_parser = port_range)]
     pub port_range: crate::lab::listen::Ports,
+    /// What the balancer speaks to the backends' interposers in every case that
+    /// leaves it open: h1, h2c, or h2 (over TLS, with a CA and certificate made for
+    /// the run); the HTTP/2 cases take h2 from it and speak h2c otherwise.
+    #[arg(long)]
+    pub backend_protocol: Option<crate::lab::balancer::BackendProtocol>,
 }
 
 /// `snag backend`.

@@ -77,7 +77,10 @@ pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
                 } else {
                     case::Length::Full
                 },
-                args.port_range.clone(),
+                case::Setup {
+                    ports: args.port_range.clone(),
+                    protocol: args.backend_protocol,
+                },
                 shutdown.child(),
                 std::sync::Arc::new(progress),
             )

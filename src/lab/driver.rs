@@ -185,6 +185,8 @@ pub enum Feature {
     TcpChecks,
     /// Active checks by gRPC's health protocol.
     GrpcChecks,
+    /// gRPC checks over TLS, when the backends speak h2.
+    GrpcChecksTls,
     /// Rise and fall counts other than 1.
     RiseFall,
     /// Checks that look for a string in the body.
@@ -237,11 +239,12 @@ pub enum Feature {
 
 impl Feature {
     /// Every feature, in the order the README lists them.
-    pub const ALL: [Feature; 28] = [
+    pub const ALL: [Feature; 29] = [
         Feature::ActiveChecks,
         Feature::HttpChecks,
         Feature::TcpChecks,
         Feature::GrpcChecks,
+        Feature::GrpcChecksTls,
         Feature::RiseFall,
         Feature::CheckBody,
         Feature::PassiveMarking,
@@ -275,6 +278,7 @@ impl Feature {
             Feature::HttpChecks => "http_checks",
             Feature::TcpChecks => "tcp_checks",
             Feature::GrpcChecks => "grpc_checks",
+            Feature::GrpcChecksTls => "grpc_checks_tls",
             Feature::RiseFall => "rise_fall",
             Feature::CheckBody => "check_body",
             Feature::PassiveMarking => "passive_marking",
@@ -319,6 +323,9 @@ impl Feature {
             } else {
                 Feature::HttpChecks
             });
+            if h.grpc && config.protocol == BackendProtocol::H2 {
+                out.push(Feature::GrpcChecksTls);
+            }
             if h.rise > 1 || h.fall > 1 {
                 out.push(Feature::RiseFall);
             }

@@ -98,10 +98,20 @@ impl Ports {
         tokio::net::TcpListener::from_std(listener)
     }
 
-    /// A free address for a part that binds it itself (an interposer, a product):
-    /// free when asked, and no other part of this run is given it after.
+    /// A free address for a part that must be told its port before it binds (a
+    /// product): free when asked, and no other part of this run is given it after.
     pub fn free(&self) -> io::Result<SocketAddr> {
         self.bind()?.local_addr()
+    }
+
+    /// The address a part that binds by itself (an interposer) is given: port 0,
+    /// so that its own bind picks a port and no other socket can take it in
+    /// between; inside a range, a free one of the range.
+    pub fn any(&self) -> io::Result<SocketAddr> {
+        match &self.range {
+            Some(_) => self.free(),
+            None => Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+        }
     }
 
     /// Whether `port` is one these hand out.

@@ -92,8 +92,8 @@ impl Bench {
             // Every case's interposer: HTTP, a probe listener, in front of its backend.
             let config = &mut spec.config;
             config.upstream = addr.to_string();
-            config.listen = self.ports.free()?;
-            config.probe_listen = Some(self.ports.free()?);
+            config.listen = self.ports.any()?;
+            config.probe_listen = Some(self.ports.any()?);
             config.mode = Mode::Http;
             config.instance = Some(id.clone());
             if let Some((cert, key, _)) = self.run_tls()? {

@@ -20,7 +20,7 @@ pub(super) async fn lb05(b: &mut Bench) -> anyhow::Result<()> {
 /// a graceful GOAWAY on the balancer's connections to b; besides LB-05's checks,
 /// the GOAWAY and the connections closing after it are no failure of b.
 pub(crate) async fn goaway_drain(b: &mut Bench) -> anyhow::Result<()> {
-    b.speak(crate::lab::balancer::BackendProtocol::H2c);
+    b.speak_http2();
     let parts = drain_under_load(b, include_str!("../../../faults/case-goaway-drain.toml")).await?;
     let downs: Vec<String> = b
         .transitions("b")

@@ -33,7 +33,9 @@ pub(super) fn spawn(balancer: Arc<Balancer>, index: usize, rules: HealthCheck, s
             let result = if rules.grpc {
                 grpc_check(target, &rules, &balancer.connector).await
             } else {
-                check(target, &rules).await
+                let tls = (balancer.config.protocol == super::BackendProtocol::H2)
+                    .then_some(&balancer.connector);
+                check(target, &rules, tls).await
             };
             balancer
                 .lock()
@@ -43,28 +45,26 @@ pub(super) fn spawn(balancer: Arc<Balancer>, index: usize, rules: HealthCheck, s
 }
 
 /// One health check: a new connection, `GET path`, status 200 and the body text.
-pub(super) async fn check(target: SocketAddr, rules: &HealthCheck) -> Result<(), String> {
+/// It speaks HTTP/1.1 in clear, or HTTP/2 over TLS when the backends speak h2 (as
+/// HAProxy's `check-ssl` with ALPN h2 does); a transport check only connects.
+pub(super) async fn check(
+    target: SocketAddr,
+    rules: &HealthCheck,
+    tls: Option<&Connector>,
+) -> Result<(), String> {
     let attempt = async {
-        let stream = tokio::net::TcpStream::connect(target)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
         if rules.path.is_empty() {
+            tokio::net::TcpStream::connect(target)
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
             return Ok(());
         }
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("handshake: {e}"))?;
-        tokio::spawn(conn);
         let request = Request::get(rules.path.as_str())
             .header(header::HOST, target.to_string())
-            .header(header::CONNECTION, "close")
             .header(header::USER_AGENT, "snag-balancer-check")
             .body(Full::new(Bytes::new()))
             .map_err(|e| format!("request: {e}"))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| format!("request: {e}"))?;
+        let response = ask(target, tls, request).await?;
         let status = response.status();
         let body = Limited::new(response.into_body(), 64 * 1024)
             .collect()
@@ -86,6 +86,50 @@ pub(super) async fn check(target: SocketAddr, rules: &HealthCheck) -> Result<(),
         .unwrap_or_else(|_| Err(format!("timeout after {:?}", rules.timeout)))
 }
 
+/// `request` on a new connection to `target`: HTTP/2 through `http2`'s connector
+/// (TLS when the backends speak h2), else HTTP/1.1 in clear, closed after.
+async fn ask(
+    target: SocketAddr,
+    http2: Option<&Connector>,
+    mut request: Request<Full<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    let Some(connector) = http2 else {
+        let stream = tokio::net::TcpStream::connect(target)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        tokio::spawn(conn);
+        request.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+        return sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("request: {e}"));
+    };
+    // HTTP/2 names the scheme and authority in the request itself.
+    let uri: hyper::Uri = format!("http://{target}{}", request.uri())
+        .parse()
+        .map_err(|e| format!("address: {e}"))?;
+    *request.uri_mut() = uri.clone();
+    request.headers_mut().remove(header::HOST);
+    let io = tower_service::Service::call(&mut connector.clone(), uri)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(conn);
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("request: {e}"))
+}
+
 /// One gRPC health check: a new connection (TLS when the backends speak h2),
 /// `grpc.health.v1.Health/Check` for the whole server, and `SERVING` in answer.
 pub(super) async fn grpc_check(
@@ -95,28 +139,14 @@ pub(super) async fn grpc_check(
 ) -> Result<(), String> {
     use crate::fault::http::grpc;
     let attempt = async {
-        let uri: hyper::Uri = format!("http://{target}{}", grpc::HEALTH_CHECK)
-            .parse()
-            .map_err(|e| format!("address: {e}"))?;
-        let io = tower_service::Service::call(&mut connector.clone(), uri.clone())
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        let (mut sender, conn) =
-            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-                .await
-                .map_err(|e| format!("handshake: {e}"))?;
-        tokio::spawn(conn);
         // An empty HealthCheckRequest: the server as a whole.
-        let request = Request::post(uri)
+        let request = Request::post(grpc::HEALTH_CHECK)
             .header(header::CONTENT_TYPE, "application/grpc")
             .header(header::TE, "trailers")
             .header(header::USER_AGENT, "snag-balancer-check")
             .body(Full::new(grpc::frame(&[])))
             .map_err(|e| format!("request: {e}"))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| format!("request: {e}"))?;
+        let response = ask(target, Some(connector), request).await?;
         let status = response.status();
         // A trailers-only answer carries its status in the head.
         let head = response.headers().get("grpc-status").cloned();
