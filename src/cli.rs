@@ -8,7 +8,9 @@ mod proxy;
 use clap::{Parser, Subcommand};
 
 pub use self::{
-    lab::{BackendArgs, BalancerArgs, CaseArgs, LoadArgs, PortsArgs, QueueBound, SoakArgs},
+    lab::{
+        BackendArgs, BalancerArgs, CaseArgs, LoadArgs, PortsArgs, QueueBound, SoakArgs, WatchArgs,
+    },
     proxy::{CtlArgs, CtlCommand, DemoArgs, EvidenceArgs, ProxyArgs, RunArgs, ServeArgs},
 };
 
@@ -44,6 +46,10 @@ pub enum Command {
     Load(Box<LoadArgs>),
     /// Run the documented balancer and load cases end to end, and report.
     Case(CaseArgs),
+    /// Put a running balancer's own view of each backend (HAProxy's stats socket,
+    /// Traefik's API, Caddy's events) on a timeline, in a setup built by hand, with
+    /// evictions, time out of rotation and the requests shifted to the others.
+    Watch(WatchArgs),
     /// Hold thousands of connections through a `snag serve` process while faults
     /// change every second and drains come and go; check it leaks nothing and loses
     /// no byte (scripts/soak.sh).

@@ -10,6 +10,7 @@ pub mod load;
 pub mod ports;
 pub mod proxy;
 pub mod soak;
+pub mod watch;
 
 use crate::{
     cli::{Cli, Command},
@@ -29,5 +30,6 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
         Command::Load(args) => load::run(*args, shutdown).await,
         Command::Case(args) => case::run(args, shutdown).await,
         Command::Soak(args) => soak::run(args, shutdown).await,
+        Command::Watch(args) => watch::run(args, shutdown).await,
     }
 }

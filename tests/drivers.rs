@@ -14,10 +14,13 @@ fn run(cases: &str, balancer: &str) -> std::path::PathBuf {
 
 /// [`run`] with more arguments.
 fn run_with(cases: &str, balancer: &str, more: &[&str]) -> std::path::PathBuf {
+    // Each run its own directory: a test may run the same product twice.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "snag-drivers-{}-{}",
+        "snag-drivers-{}-{}-{}",
         balancer.replace(',', "-"),
-        std::process::id()
+        std::process::id(),
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let mut command = common::process::snag(&[
         "case",
@@ -83,6 +86,161 @@ fn the_products_run_the_cases_they_can() {
     an_external_balancer_started_by_hand_on_the_printed_addresses_passes();
     every_listening_port_of_a_run_stays_in_its_port_range_as_ss_sees_it();
     every_product_checks_and_serves_over_h2_with_the_runs_ca();
+    watch_puts_a_hand_built_haproxys_view_on_a_timeline_with_its_figures();
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `snag watch` on a setup built by hand: two `snag backend`s behind an HAProxy
+/// whose configuration the test wrote, load through it, and b killed.
+fn watch_puts_a_hand_built_haproxys_view_on_a_timeline_with_its_figures() {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(watch_hand_built());
+}
+
+async fn watch_hand_built() {
+    use common::process::{Process, snag};
+    let dir = std::env::temp_dir().join(format!("snag-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (pa, pb, pf) = (free_port(), free_port(), free_port());
+    let a = Process::spawn(snag(&[
+        "backend",
+        "--id",
+        "a",
+        "--listen",
+        &format!("127.0.0.1:{pa}"),
+    ]));
+    let b = Process::spawn(snag(&[
+        "backend",
+        "--id",
+        "b",
+        "--listen",
+        &format!("127.0.0.1:{pb}"),
+    ]));
+    let config = format!(
+        "global\n  stats socket {}/admin.sock mode 600 level admin\ndefaults\n  mode http\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n  timeout check 200ms\nfrontend fe\n  bind 127.0.0.1:{pf}\n  default_backend be\nbackend be\n  option httpchk GET /health\n  server a 127.0.0.1:{pa} check inter 100ms rise 2 fall 2\n  server b 127.0.0.1:{pb} check inter 100ms rise 2 fall 2\n",
+        dir.display()
+    );
+    std::fs::write(dir.join("haproxy.cfg"), config).unwrap();
+    let haproxy_log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
+    let mut haproxy = tokio::process::Command::new("haproxy")
+        .args(["-db", "-f"])
+        .arg(dir.join("haproxy.cfg"))
+        .stdout(haproxy_log.try_clone().unwrap())
+        .stderr(haproxy_log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("haproxy starts (scripts/install-deps.sh)");
+    // Ready when it answers through to a backend.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while snag::lab::driver::http("GET", &format!("http://127.0.0.1:{pf}/"), "")
+        .await
+        .map_or(true, |(status, _)| status != 200)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "haproxy never served"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let report = dir.join("watch.json");
+    let mut watch = Process::spawn(snag(&[
+        "watch",
+        "--balancer",
+        "haproxy",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--duration",
+        "5s",
+        "--report",
+        report.to_str().unwrap(),
+    ]));
+    watch
+        .line(10, |l| {
+            l.starts_with("watching haproxy's view").then_some(())
+        })
+        .await;
+    let mut load = Process::spawn(snag(&[
+        "load",
+        &format!("http://127.0.0.1:{pf}/"),
+        "-c",
+        "4",
+        "--duration",
+        "4s",
+    ]));
+    // Once the first second of load is in, b's health check fails; a second of
+    // load after HAProxy takes it out, it passes again.
+    let health = |healthy: bool| {
+        let url = format!("http://127.0.0.1:{pb}/admin/health");
+        async move {
+            let body = format!("{{\"healthy\":{healthy}}}");
+            let (status, _) = snag::lab::driver::http("POST", &url, &body).await.unwrap();
+            assert_eq!(status, 200);
+        }
+    };
+    load.line(10, |l| l.trim_start().starts_with("0 ").then_some(()))
+        .await;
+    health(false).await;
+    watch
+        .line(10, |l| l.contains("b  UP → DOWN").then_some(()))
+        .await;
+    load.line(10, |l| l.trim_start().starts_with("2 ").then_some(()))
+        .await;
+    health(true).await;
+    watch
+        .line(10, |l| l.contains("b  DOWN → UP").then_some(()))
+        .await;
+    assert!(
+        watch.exit(30).await.success(),
+        "{}",
+        watch.stdout.join("\n")
+    );
+    load.exit(30).await;
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let fig = |id: &str| {
+        r["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("{id}: {r:#}"))
+            .clone()
+    };
+    let (fa, fb) = (fig("a"), fig("b"));
+    assert_eq!(fb["evictions"], 1, "{r:#}");
+    assert_eq!(fb["state"], "UP", "{r:#}");
+    assert!(fb["out_s"].as_f64().unwrap() > 0.5, "{r:#}");
+    assert!(fb["requests"].as_u64().unwrap() > 0, "{r:#}");
+    assert!(fb["shifted"].as_u64().unwrap() > 0, "{r:#}");
+    assert_eq!(fa["evictions"], 0, "{r:#}");
+    assert!(
+        r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["what"] == "haproxy: b UP → DOWN" && e["kind"] == "balancer"),
+        "{r:#}"
+    );
+    // HAProxy's own log says the same.
+    let log = std::fs::read_to_string(dir.join("haproxy.log")).unwrap();
+    assert!(log.contains("Server be/b is DOWN"), "{log}");
+    let table = watch.stdout.join("\n");
+    assert!(table.contains("shifted to others"), "{table}");
+    let _ = haproxy.start_kill();
+    let _ = haproxy.wait().await;
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--backend-protocol h2`: each product speaks HTTP/2 over TLS to the interposers,

@@ -146,11 +146,7 @@ async fn probe_loss(b: &mut Bench) -> anyhow::Result<()> {
         let stats = parts[1].proxy.counters().snapshot();
         let lost = stats.probes.iter().filter(|p| p.status == 0).count();
         let data_5xx = stats.responses.get("5xx").copied().unwrap_or(0);
-        let share = r
-            .backends
-            .iter()
-            .find(|s| s.name == "b")
-            .map_or(0.0, |s| s.share_percent);
+        let share = r.share_of("b");
         b.figure(
             label,
             format!(
@@ -217,11 +213,7 @@ async fn grpc_probe_loss(b: &mut Bench) -> anyhow::Result<()> {
         let stats = parts[1].proxy.counters().snapshot();
         let lost = stats.probes.iter().filter(|p| p.status == 0).count();
         let told = stats.fault_hits.get("not-serving").copied().unwrap_or(0);
-        let share = r
-            .backends
-            .iter()
-            .find(|s| s.name == "b")
-            .map_or(0.0, |s| s.share_percent);
+        let share = r.share_of("b");
         b.figure(
             label,
             format!(

@@ -320,6 +320,37 @@ fn header_line(s: &str) -> Result<(hyper::header::HeaderName, hyper::header::Hea
     Ok((name, value))
 }
 
+/// `snag watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The product: haproxy, caddy, traefik, or a driver file's path; its `[view]`
+    /// (and `[log]`) rules read it.
+    #[arg(long)]
+    pub balancer: String,
+    /// Its admin address, for a view read over HTTP (Traefik's API entry point,
+    /// Caddy's admin API): the driver's `admin.addr`.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub admin: std::net::SocketAddr,
+    /// The directory the driver's paths are in (its `dir`): the bundled HAProxy
+    /// driver asks its stats socket at DIR/admin.sock.
+    #[arg(long, default_value = ".")]
+    pub dir: PathBuf,
+    /// The product's log, for a view read from it (Caddy's healthy and unhealthy
+    /// events) and for the lines its driver marks.
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Names a backend, `id=ADDR:PORT`: the view's key is the id or contains the
+    /// address. Repeat for each; without, the product's own names are kept.
+    #[arg(long = "backend")]
+    pub backends: Vec<crate::lab::balancer::BackendSpec>,
+    /// Stop after this long, e.g. 60s; without, at Ctrl-C.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Also write the timeline and the figures here, as JSON.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
 /// `snag ports`.
 #[derive(Debug, Args)]
 pub struct PortsArgs {

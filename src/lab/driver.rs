@@ -8,6 +8,7 @@
 //! approximated.
 
 mod context;
+pub mod figures;
 pub mod file;
 mod rule;
 mod run;

@@ -34,6 +34,23 @@ pub fn csv_statuses(rule: &CsvRule, text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `(backend key, requests served)` pairs: `rule.requests`' fields summed per row.
+pub fn csv_requests(rule: &CsvRule, text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter(|l| l.starts_with(&rule.rows))
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split(',').collect();
+            let id = fields.get(rule.id)?;
+            let n = rule
+                .requests
+                .iter()
+                .filter_map(|&i| fields.get(i)?.trim().parse::<u64>().ok())
+                .sum();
+            (!rule.skip.iter().any(|s| s == id)).then(|| (id.to_string(), n))
+        })
+        .collect()
+}
+
 /// The sum of `rule.sum`'s fields over the matching rows.
 pub fn csv_count(rule: &CsvRule, text: &str) -> u64 {
     text.lines()
@@ -160,6 +177,7 @@ mod tests {
             status: 2,
             skip: vec!["BACKEND".into()],
             sum: vec![2, 3],
+            requests: vec![2, 3],
         };
         assert_eq!(
             csv_statuses(&rule, text),
@@ -167,6 +185,11 @@ mod tests {
         );
         // Unparsable fields count nothing: 1+2 + 3 + 5+6.
         assert_eq!(csv_count(&rule, text), 17);
+        // Per backend, the summary row left out.
+        assert_eq!(
+            csv_requests(&rule, text),
+            [("a".into(), 3), ("b".into(), 3)]
+        );
     }
 
     #[test]

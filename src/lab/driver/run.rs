@@ -32,7 +32,14 @@ pub struct External {
     admin: SocketAddr,
     pub(super) config: balancer::Config,
     pub(super) dir: PathBuf,
-    child: tokio::sync::Mutex<Child>,
+    /// `None` for a product snag did not start (`snag watch`).
+    child: tokio::sync::Mutex<Option<Child>>,
+    /// Its standard output and error, or the log file `snag watch` was given.
+    pub(super) log: PathBuf,
+    /// Requests each backend had served, where the view counts them: (read at, by id).
+    pub(super) counts: Mutex<Vec<(Instant, std::collections::BTreeMap<String, u64>)>>,
+    /// Each backend's state in its view at the last reading, in snag's words.
+    pub(super) states: Mutex<std::collections::BTreeMap<String, String>>,
     pub(super) seen: Arc<Mutex<Vec<Seen>>>,
     pub(super) logged: Mutex<Vec<(Instant, String)>>,
     /// What snag did to it and how long the product took: (done at, what).
@@ -119,21 +126,18 @@ impl External {
                     driver.origin
                 )
             })?;
-        let external = Arc::new(External {
-            driver: driver.clone(),
-            addr,
-            admin,
-            config: config.clone(),
-            dir: dir.into(),
-            child: tokio::sync::Mutex::new(child),
-            seen: Arc::default(),
-            logged: Mutex::default(),
-            acted: Mutex::default(),
-            drained: Mutex::default(),
-            written: Mutex::new(text),
-            version,
-            stop: shutdown,
-        });
+        let mut external = External::new(
+            driver.clone(),
+            config.clone(),
+            dir,
+            dir.join("output.log"),
+            shutdown,
+        );
+        (external.addr, external.admin) = (addr, admin);
+        external.child = tokio::sync::Mutex::new(Some(child));
+        external.written = Mutex::new(text);
+        external.version = version;
+        let external = Arc::new(external);
         let deadline = Instant::now() + Duration::from_secs(10);
         let ready_url = match driver.ready_url() {
             Some(u) => Some(driver.string(u, &ctx(&context))?),
@@ -149,7 +153,15 @@ impl External {
             if ready {
                 break;
             }
-            if let Some(status) = external.child.lock().await.try_wait()? {
+            if let Some(status) = external
+                .child
+                .lock()
+                .await
+                .as_mut()
+                .map(Child::try_wait)
+                .transpose()?
+                .flatten()
+            {
                 anyhow::bail!(
                     "{program} exited ({status}) before it was ready:\n{}",
                     external.output_tail()
@@ -170,9 +182,74 @@ impl External {
         Ok(external)
     }
 
+    /// Its record, nothing seen yet: not started, no address, no configuration
+    /// written; the caller fills those in.
+    fn new(
+        driver: Arc<Driver>,
+        config: balancer::Config,
+        dir: &Path,
+        log: PathBuf,
+        stop: Shutdown,
+    ) -> External {
+        let nowhere = SocketAddr::from(([127, 0, 0, 1], 0));
+        External {
+            driver,
+            addr: nowhere,
+            admin: nowhere,
+            config,
+            dir: dir.into(),
+            child: tokio::sync::Mutex::new(None),
+            log,
+            counts: Mutex::default(),
+            states: Mutex::default(),
+            seen: Arc::default(),
+            logged: Mutex::default(),
+            acted: Mutex::default(),
+            drained: Mutex::default(),
+            written: Mutex::default(),
+            version: None,
+            stop,
+        }
+    }
+
+    /// A product running already, set up by hand: its view read by `driver`'s
+    /// `[view]` and `[log]` rules, filled with `admin` and `dir`, its log read from
+    /// `log`; `backends` name the view's keys (none: the keys are the names).
+    pub fn attach(
+        driver: Arc<Driver>,
+        backends: Vec<balancer::BackendSpec>,
+        admin: SocketAddr,
+        dir: &Path,
+        log: PathBuf,
+        shutdown: Shutdown,
+    ) -> Arc<External> {
+        let config = balancer::Config::new(backends, 0);
+        let mut external = External::new(driver, config, dir, log, shutdown);
+        (external.addr, external.admin) = (admin, admin);
+        let external = Arc::new(external);
+        tokio::spawn(super::watch::watch(external.clone()));
+        external
+    }
+
+    /// Each backend's state in its view at the last reading.
+    pub fn states(&self) -> std::collections::BTreeMap<String, String> {
+        self.states
+            .lock()
+            .expect("no code panics holding it")
+            .clone()
+    }
+
+    /// Each backend's request count as the view read it, over time.
+    pub fn counts(&self) -> Vec<(Instant, std::collections::BTreeMap<String, u64>)> {
+        self.counts
+            .lock()
+            .expect("no code panics holding it")
+            .clone()
+    }
+
     /// The last 30 lines of its output.
     fn output_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("output.log")).unwrap_or_default();
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         // The end says why; a chatty product's whole log would bury it.
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
@@ -331,8 +408,9 @@ impl External {
                 .child
                 .lock()
                 .await
-                .id()
-                .context("the product has exited")?;
+                .as_ref()
+                .and_then(Child::id)
+                .context("the product has exited, or snag did not start it")?;
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)?;
             String::new()
         } else if action.watched {
@@ -407,6 +485,9 @@ impl External {
     /// group (the master and its workers, all started by snag).
     pub async fn kill_now(&self) {
         let mut child = self.child.lock().await;
+        let Some(child) = child.as_mut() else {
+            return;
+        };
         if let Some(pid) = child.id() {
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(pid as i32),
@@ -435,6 +516,9 @@ impl External {
     /// takes its workers with it, then SIGKILL after 3 s — and waits for it.
     pub async fn stop(&self) {
         let mut child = self.child.lock().await;
+        let Some(child) = child.as_mut() else {
+            return; // not snag's to stop
+        };
         if let Some(pid) = child.id() {
             signal(pid, self.driver.stop_signal());
             if tokio::time::timeout(Duration::from_secs(3), child.wait())
@@ -469,7 +553,7 @@ impl External {
 impl Drop for External {
     fn drop(&mut self) {
         // A case that failed before `stop`: the master must not leave workers behind.
-        if let Some(pid) = self.child.get_mut().id() {
+        if let Some(pid) = self.child.get_mut().as_ref().and_then(Child::id) {
             signal(pid, self.driver.stop_signal());
         }
     }

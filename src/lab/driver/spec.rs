@@ -164,6 +164,10 @@ pub struct CsvRule {
     /// For a counter: the fields summed over the rows.
     #[serde(default)]
     pub sum: Vec<usize>,
+    /// In a view: the fields summed into each backend's count of requests served
+    /// (HAProxy's hrsp_1xx … hrsp_other), for `snag watch`'s figures.
+    #[serde(default)]
+    pub requests: Vec<usize>,
 }
 
 /// A JSON document.

@@ -44,6 +44,9 @@ pub(super) async fn watch(external: Arc<External>) {
             else {
                 continue;
             };
+            if let Some(csv) = view.csv.as_ref().filter(|c| !c.requests.is_empty()) {
+                external.count(rule::csv_requests(csv, &text));
+            }
             match (&view.csv, &view.json, &view.prometheus) {
                 (Some(csv), _, _) => rule::csv_statuses(csv, &text),
                 (_, Some(json), _) => rule::json_statuses(json, &text).unwrap_or_default(),
@@ -78,14 +81,35 @@ pub(super) async fn watch(external: Arc<External>) {
                     });
             }
         }
+        external
+            .states
+            .lock()
+            .expect("no code panics holding it")
+            .clone_from(&last);
     }
 }
 
 impl External {
+    /// Keeps one reading of each backend's request count, by id.
+    fn count(&self, by_key: Vec<(String, u64)>) {
+        let by_id = by_key
+            .into_iter()
+            .filter_map(|(key, n)| Some((self.backend_of(&key)?, n)))
+            .collect();
+        self.counts
+            .lock()
+            .expect("no code panics holding it")
+            .push((Instant::now(), by_id));
+    }
+
     /// The backend a view's key names: its id, or a key containing its address
     /// (`http://127.0.0.1:9001`).
     fn backend_of(&self, key: &str) -> Option<String> {
         let backends = &self.config.backends;
+        // Watching a product set up by hand with no names given: its own names.
+        if backends.is_empty() {
+            return Some(key.to_string());
+        }
         backends
             .iter()
             .find(|b| b.id == key)
@@ -121,7 +145,7 @@ impl External {
     /// The whole lines of its output from byte `read` on, and where the next
     /// read starts: a line being written is read on the next tick.
     fn new_lines(&self, read: usize) -> (String, usize) {
-        let Ok(log) = std::fs::read(self.dir.join("output.log")) else {
+        let Ok(log) = std::fs::read(&self.log) else {
             return (String::new(), read);
         };
         if log.len() <= read {

@@ -302,3 +302,13 @@ pub struct Report {
     /// Every second.
     pub rows: Vec<Row>,
 }
+
+impl Report {
+    /// The percentage of the answers `backend` gave (0 if it gave none).
+    pub fn share_of(&self, backend: &str) -> f64 {
+        self.backends
+            .iter()
+            .find(|s| s.name == backend)
+            .map_or(0.0, |s| s.share_percent)
+    }
+}
