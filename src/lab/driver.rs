@@ -7,6 +7,7 @@
 //! What a product lacks is refused with [`Unsupported`] and the file's reason, never
 //! approximated.
 
+mod act;
 mod context;
 pub mod figures;
 pub mod file;
@@ -20,9 +21,10 @@ use std::{fmt, sync::Arc};
 use tokio::time::Instant;
 
 pub use self::{
+    act::http,
     context::{Context, strategy_name},
     file::Driver,
-    run::{External, ProductRun, http},
+    run::{External, ProductRun},
 };
 use super::balancer::{self, BackendProtocol, HashKey, select::Strategy};
 

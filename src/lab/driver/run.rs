@@ -1,6 +1,7 @@
-//! A product running from its driver file: started in the foreground in its own
-//! process group, ready when it listens (and its ready URL answers), watched through
-//! its declared view, drained, reloaded, killed and stopped by PID.
+//! A product from its driver file: started in the foreground in its own process
+//! group (or, for `snag watch`, attached to as it runs), ready when it listens (and
+//! its ready URL answers), watched through its declared view, killed and stopped by
+//! PID; [`super::act`] drains and reloads it.
 
 use std::{
     net::SocketAddr,
@@ -11,15 +12,13 @@ use std::{
 };
 
 use anyhow::Context as _;
-use http_body_util::{BodyExt, Full};
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpStream, UnixStream},
+    net::TcpStream,
     process::{Child, Command},
     time::Instant,
 };
 
-use super::{Context, Driver, Seen, file::Action, rule};
+use super::{Context, Driver, Seen, act::http};
 use crate::{lab::balancer, shutdown::Shutdown};
 
 /// A running product.
@@ -29,11 +28,11 @@ pub struct External {
     pub driver: Arc<Driver>,
     /// Where clients connect.
     pub addr: SocketAddr,
-    admin: SocketAddr,
+    pub(super) admin: SocketAddr,
     pub(super) config: balancer::Config,
     pub(super) dir: PathBuf,
     /// `None` for a product snag did not start (`snag watch`).
-    child: tokio::sync::Mutex<Option<Child>>,
+    pub(super) child: tokio::sync::Mutex<Option<Child>>,
     /// Its standard output and error, or the log file `snag watch` was given.
     pub(super) log: PathBuf,
     /// Requests each backend had served, where the view counts them: (read at, by id).
@@ -43,10 +42,10 @@ pub struct External {
     pub(super) seen: Arc<Mutex<Vec<Seen>>>,
     pub(super) logged: Mutex<Vec<(Instant, String)>>,
     /// What snag did to it and how long the product took: (done at, what).
-    acted: Mutex<Vec<(Instant, String)>>,
-    drained: Mutex<Vec<String>>,
+    pub(super) acted: Mutex<Vec<(Instant, String)>>,
+    pub(super) drained: Mutex<Vec<String>>,
     /// The configuration it was last given, as written.
-    written: Mutex<String>,
+    pub(super) written: Mutex<String>,
     /// The first line its version command printed.
     pub version: Option<String>,
     pub(super) stop: Shutdown,
@@ -306,181 +305,6 @@ impl External {
             .clone()
     }
 
-    /// Takes backend `id` out of rotation (`true`) or puts it back, by the driver's
-    /// `[drain]`.
-    pub async fn set_draining(&self, id: &str, draining: bool) -> anyhow::Result<()> {
-        let action = self
-            .driver
-            .drain()
-            .with_context(|| format!("{} has no [drain]", self.driver.origin))?;
-        {
-            let mut drained = self.drained.lock().expect("no code panics holding it");
-            drained.retain(|d| d != id);
-            if draining {
-                drained.push(id.into());
-            }
-        }
-        let mut context = self.context();
-        context.backend = context.backends.iter().find(|b| b.id == id).cloned();
-        anyhow::ensure!(context.backend.is_some(), "no backend {id:?}");
-        context.draining = draining;
-        let t0 = Instant::now();
-        self.perform("drain", action, &context).await?;
-        self.acted.lock().expect("no code panics holding it").push((
-            Instant::now(),
-            format!(
-                "{} {id}: done in {:.0} ms",
-                if draining { "drain" } else { "undrain" },
-                t0.elapsed().as_secs_f64() * 1000.0
-            ),
-        ));
-        Ok(())
-    }
-
-    /// After a drain, takes backend `id` out entirely by the driver's `[maintenance]`
-    /// (HAProxy's `maint`: no checks, no traffic); without one the drain already did.
-    pub async fn set_maintenance(&self, id: &str) -> anyhow::Result<()> {
-        let Some(action) = self.driver.maintenance() else {
-            return Ok(());
-        };
-        let mut context = self.context();
-        context.backend = context.backends.iter().find(|b| b.id == id).cloned();
-        context.draining = true;
-        self.perform("maintenance", action, &context)
-            .await
-            .map(drop)
-    }
-
-    /// Does `action` (the driver's table `table`) with `context`; its answer.
-    pub(super) async fn perform(
-        &self,
-        table: &str,
-        action: &Action,
-        context: &Context,
-    ) -> anyhow::Result<String> {
-        let c = ctx(context);
-        let d = &self.driver;
-        let answer = if let (Some(socket), Some(send)) = (&action.socket, &action.send) {
-            let path = d.string(socket, &c)?;
-            let mut socket = UnixStream::connect(&path)
-                .await
-                .with_context(|| format!("[{table}]: could not connect to {path}"))?;
-            socket
-                .write_all(format!("{}\n", d.string(send, &c)?).as_bytes())
-                .await?;
-            let mut answer = String::new();
-            socket.read_to_string(&mut answer).await?;
-            answer
-        } else if let Some(url) = &action.url {
-            let url = d.string(url, &c)?;
-            let body = match &action.body {
-                Some(b) => d.string(b, &c)?,
-                None => String::new(),
-            };
-            let method = action.method.as_deref().unwrap_or("GET");
-            let (status, answer) = http(method, &url, &body)
-                .await
-                .with_context(|| format!("[{table}]: {method} {url}"))?;
-            anyhow::ensure!(
-                (200..300).contains(&status),
-                "[{table}]: {method} {url} answered {status}: {answer}"
-            );
-            answer
-        } else if let Some(command) = &action.command {
-            let command = d.command(command, &c)?;
-            let (program, args) = command.split_first().context("empty command")?;
-            let out = Command::new(program)
-                .args(args)
-                .current_dir(&self.dir)
-                .output()
-                .await
-                .with_context(|| format!("[{table}]: could not run {program}"))?;
-            anyhow::ensure!(
-                out.status.success(),
-                "[{table}]: {program} failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        } else if let Some(signal) = &action.signal {
-            let signal = super::file::signal_by_name(signal).map_err(anyhow::Error::msg)?;
-            let pid = self
-                .child
-                .lock()
-                .await
-                .as_ref()
-                .and_then(Child::id)
-                .context("the product has exited, or snag did not start it")?;
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)?;
-            String::new()
-        } else if action.watched {
-            // The product reads the file it watches; `applied_url` tells when.
-            String::new()
-        } else {
-            // `reload = true`: the configuration again, then the driver's [reload].
-            let text = d.config_text(&c)?;
-            write_atomically(&self.dir.join(d.config_file()), &text)?;
-            *self.written.lock().expect("no code panics holding it") = text.clone();
-            let reload = d.reload().context("no [reload]")?;
-            let mut context = context.clone();
-            context.config = text;
-            Box::pin(self.perform("reload", reload, &context)).await?
-        };
-        if let Some(expect) = &action.expect {
-            anyhow::ensure!(
-                answer.trim() == expect.trim(),
-                "[{table}]: {} answered {:?}, not {expect:?}",
-                d.name,
-                answer.trim()
-            );
-        }
-        if let Some(url) = &action.applied_url {
-            self.applied(url, action.applied_when.as_ref(), context)
-                .await
-                .with_context(|| format!("[{table}]"))?;
-        }
-        Ok(answer)
-    }
-
-    /// Waits (up to 10 s) for `url` to answer 200 with a body for which `when`
-    /// renders `true`.
-    async fn applied(
-        &self,
-        url: &toml::Spanned<String>,
-        when: Option<&toml::Spanned<String>>,
-        context: &Context,
-    ) -> anyhow::Result<()> {
-        let url = self.driver.string(url, &ctx(context))?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let last = http("GET", &url, "").await;
-            if let Ok((200, body)) = &last {
-                let Some(when) = when else { return Ok(()) };
-                let mut c = context.clone();
-                c.answer = body.clone();
-                // Jinja prints a true test as `True`.
-                if self
-                    .driver
-                    .string(when, &ctx(&c))?
-                    .trim()
-                    .eq_ignore_ascii_case("true")
-                {
-                    return Ok(());
-                }
-            }
-            if Instant::now() >= deadline {
-                anyhow::bail!(
-                    "the product did not take the new configuration within 10 s: GET {url} gave {}",
-                    match last {
-                        Ok((status, body)) => format!("{status}, {body}"),
-                        Err(e) => format!("{e:#}"),
-                    }
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     /// Kills the product at once, as a node failure would: SIGKILL to its process
     /// group (the master and its workers, all started by snag).
     pub async fn kill_now(&self) {
@@ -495,21 +319,6 @@ impl External {
             );
         }
         let _ = child.wait().await;
-    }
-
-    /// The requests the product retried on another server, by the driver's
-    /// `[retries]`; `None` where it does not count them.
-    pub async fn retries(&self) -> Option<u64> {
-        let counter = self.driver.retries()?;
-        let text = self
-            .perform("retries", &counter.query(), &self.context())
-            .await
-            .ok()?;
-        match (&counter.csv, &counter.prometheus) {
-            (Some(csv), _) => Some(rule::csv_count(csv, &text)),
-            (_, Some(prom)) => Some(rule::prom_count(prom, &text)),
-            _ => None,
-        }
     }
 
     /// Stops the product by its PID — the driver's stop signal, so that a master
@@ -559,7 +368,7 @@ impl Drop for External {
     }
 }
 
-fn ctx(context: &Context) -> serde_json::Value {
+pub(super) fn ctx(context: &Context) -> serde_json::Value {
     serde_json::to_value(context).expect("a context serializes")
 }
 
@@ -569,7 +378,7 @@ fn signal(pid: u32, signal: nix::sys::signal::Signal) {
 }
 
 /// Writes `path` by a rename, so that a product watching it never reads half a file.
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+pub(super) fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -581,39 +390,4 @@ fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let temp = path.with_file_name(format!(".{name}.snag-tmp"));
     std::fs::write(&temp, text)?;
     std::fs::rename(&temp, path)
-}
-
-/// One HTTP/1.1 request to a product's API on loopback: its status and body.
-pub async fn http(method: &str, url: &str, body: &str) -> anyhow::Result<(u16, String)> {
-    let uri: hyper::Uri = url.parse().with_context(|| format!("{url:?} is no URL"))?;
-    anyhow::ensure!(
-        uri.scheme_str() == Some("http"),
-        "{url}: only http:// reaches a product's API"
-    );
-    let authority = uri.authority().context("a URL needs a host")?.clone();
-    let port = authority.port_u16().unwrap_or(80);
-    let stream = tokio::time::timeout(
-        Duration::from_secs(2),
-        TcpStream::connect((authority.host().trim_matches(['[', ']']), port)),
-    )
-    .await
-    .context("connect timed out")??;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
-    let request = hyper::Request::builder()
-        .method(method)
-        .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
-        .header(hyper::header::HOST, authority.as_str())
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(bytes::Bytes::from(body.to_string())))?;
-    let response = tokio::time::timeout(Duration::from_secs(5), async {
-        let response = sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        let body = response.into_body().collect().await?.to_bytes();
-        anyhow::Ok((status, String::from_utf8_lossy(&body).into_owned()))
-    })
-    .await
-    .context("no answer within 5 s")??;
-    Ok(response)
 }
