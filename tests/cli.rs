@@ -299,3 +299,56 @@ fn lab_commands_reject_bad_flags_saying_which_and_why() {
         assert!(stderr.contains(why), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn watch_says_why_it_cannot_read_a_products_view() {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["--balancer", "nginx"], 2, "the driver has no [view]"),
+        (&["--balancer", "caddy"], 2, "give it with --log FILE"),
+        (&["--balancer", "envoy"], 2, "not a bundled driver"),
+        (&["--balancer", "./nowhere.toml"], 1, "nowhere.toml"),
+        (
+            &[
+                "--balancer",
+                "haproxy",
+                "--dir",
+                "/nonexistent-snag-dir",
+                "--duration",
+                "300ms",
+            ],
+            1,
+            "could not connect to /nonexistent-snag-dir/admin.sock",
+        ),
+        (
+            &["--balancer", "haproxy", "--port-range", "1-2"],
+            2,
+            "--port-range",
+        ),
+    ];
+    for (extra, want_code, want) in cases {
+        let args: Vec<&str> = ["watch"].iter().chain(extra.iter()).copied().collect();
+        let (code, stderr) = snag(&args);
+        assert_eq!(code, *want_code, "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: want {want:?} in {stderr}");
+    }
+}
+
+#[test]
+fn a_bad_port_range_or_backend_protocol_is_refused_by_name() {
+    for (flag, value, want) in [
+        (
+            "--port-range",
+            "41009-41000",
+            "the first port is above the last",
+        ),
+        ("--port-range", "41000", "expected FIRST-LAST"),
+        ("--backend-protocol", "h3", "expected h1, h2c or h2"),
+    ] {
+        let (code, stderr) = snag(&["case", "share-rr", flag, value]);
+        assert_eq!(code, 2, "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains(want),
+            "{flag} {value}: {stderr}"
+        );
+    }
+}

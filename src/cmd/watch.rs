@@ -115,7 +115,9 @@ pub async fn run(args: WatchArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         let line = format!(
             "{:>4} s  {}",
             started.elapsed().as_secs(),
-            if states.is_empty() {
+            if let Some(why) = external.unread() {
+                format!("cannot read {name}'s view: {why}")
+            } else if states.is_empty() {
                 format!("no backend read from {name}'s view yet")
             } else {
                 states
@@ -149,6 +151,14 @@ pub async fn run(args: WatchArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         .collect();
     let states = external.states();
     let figures = figures::derive(&states, &changes, &counts, end_s);
+    if figures.is_empty() {
+        anyhow::bail!(
+            "no backend was read from {name}'s view in {end_s:.1} s{}",
+            external
+                .unread()
+                .map_or(String::new(), |why| format!(": {why}"))
+        );
+    }
     say!("{}", table(&figures, end_s, &name));
     if let Some(path) = &args.report {
         let mut events: Vec<Event> = changes
@@ -220,13 +230,10 @@ fn table(figures: &[figures::Figures], end_s: f64, name: &str) -> String {
             .collect();
         out += &format!("  {}\n", cells.join("  ").trim_end());
     }
-    if figures.iter().all(|f| f.requests.is_none()) && !figures.is_empty() {
+    if figures.iter().all(|f| f.requests.is_none()) {
         out += &format!(
             "  ({name}'s view counts no requests per backend: its driver's [view] has no `requests`)\n"
         );
-    }
-    if figures.is_empty() {
-        out += &format!("  no backend was read from {name}'s view\n");
     }
     out.trim_end().to_string()
 }

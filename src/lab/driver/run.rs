@@ -39,6 +39,8 @@ pub struct External {
     pub(super) counts: Mutex<Vec<(Instant, std::collections::BTreeMap<String, u64>)>>,
     /// Each backend's state in its view at the last reading, in snag's words.
     pub(super) states: Mutex<std::collections::BTreeMap<String, String>>,
+    /// Why the last reading of its view failed, if it did.
+    pub(super) unread: Mutex<Option<String>>,
     pub(super) seen: Arc<Mutex<Vec<Seen>>>,
     pub(super) logged: Mutex<Vec<(Instant, String)>>,
     /// What snag did to it and how long the product took: (done at, what).
@@ -201,6 +203,7 @@ impl External {
             log,
             counts: Mutex::default(),
             states: Mutex::default(),
+            unread: Mutex::default(),
             seen: Arc::default(),
             logged: Mutex::default(),
             acted: Mutex::default(),
@@ -233,6 +236,14 @@ impl External {
     /// Each backend's state in its view at the last reading.
     pub fn states(&self) -> std::collections::BTreeMap<String, String> {
         self.states
+            .lock()
+            .expect("no code panics holding it")
+            .clone()
+    }
+
+    /// Why its view could not be read the last time, if it could not.
+    pub fn unread(&self) -> Option<String> {
+        self.unread
             .lock()
             .expect("no code panics holding it")
             .clone()

@@ -38,11 +38,19 @@ pub(super) async fn watch(external: Arc<External>) {
                 .filter(|(_, status)| view.states.contains_key(status))
                 .collect()
         } else {
-            let Ok(text) = external
+            let text = match external
                 .perform("view", &view.query(), &external.context())
                 .await
-            else {
-                continue;
+            {
+                Ok(text) => {
+                    *external.unread.lock().expect("no code panics holding it") = None;
+                    text
+                }
+                Err(err) => {
+                    *external.unread.lock().expect("no code panics holding it") =
+                        Some(format!("{err:#}"));
+                    continue;
+                }
             };
             if let Some(csv) = view.csv.as_ref().filter(|c| !c.requests.is_empty()) {
                 external.count(rule::csv_requests(csv, &text));
