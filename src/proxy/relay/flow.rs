@@ -236,6 +236,21 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
             }
             let now = Instant::now();
             let head_due = self.queue.front().map(|s| s.step.due());
+            // Due already: done now, not through the timer wheel, whose millisecond
+            // ticks held each chunk of a `latency=0` fault until the next one (2 300
+            // instead of 11 400 requests/s on one connection). A reset due goes first,
+            // as the select below would take it first.
+            if self.reset_at.is_some_and(|at| at <= now) {
+                self.hit_reset = self.reset_by.take();
+                self.acted(self.hit_reset.clone().as_ref());
+                return Some(End::Reset);
+            }
+            if head_due.is_some_and(|due| due <= now) {
+                if let Some(end) = self.send_head().await {
+                    return Some(end);
+                }
+                continue;
+            }
             let can_read = !self.src_done && self.queued < QUEUE_LIMIT;
             let mut buf = BytesMut::new();
             let mut out = Vec::new();
