@@ -33,3 +33,16 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<()> {
         Command::Watch(args) => watch::run(args, shutdown).await,
     }
 }
+
+/// A long run's line of progress on stderr: rewritten in place on a terminal, a line
+/// of its own otherwise; `None` clears the terminal's line when the run is over.
+fn progress_line(line: Option<&str>) {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    match line {
+        Some(line) if tty => eprint!("\r{line:<78}"),
+        Some(line) => eprintln!("{line}"),
+        None if tty => eprint!("\r{:78}\r", ""),
+        None => {}
+    }
+}

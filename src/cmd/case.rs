@@ -118,8 +118,6 @@ pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
 /// A load run's progress on stderr: one line rewritten in place on a terminal, a line
 /// a second otherwise.
 fn progress(p: Option<&case::Progress>) {
-    use std::io::IsTerminal;
-    let tty = std::io::stderr().is_terminal();
     match p {
         Some(p) => {
             // Rows go on while the last answers come in, past the traffic window.
@@ -132,13 +130,8 @@ fn progress(p: Option<&case::Progress>) {
                 "{} · {}: {when}, sent {}, ok {}, errors {}",
                 p.case, p.label, p.sent, p.ok, p.errors
             );
-            if tty {
-                eprint!("\r{line:<78}");
-            } else {
-                eprintln!("{line}");
-            }
+            super::progress_line(Some(&line));
         }
-        None if tty => eprint!("\r{:78}\r", ""),
-        None => {}
+        None => super::progress_line(None),
     }
 }

@@ -1,7 +1,7 @@
 //! `snag watch`: a running product's own view of its backends, read by its driver
 //! file, printed as it changes and summed up at the end.
 
-use std::{io::IsTerminal, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use tokio::time::Instant;
@@ -82,7 +82,6 @@ pub async fn run(args: WatchArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
     ticks.tick().await;
     let (mut told, mut told_log) = (0, 0);
-    let tty = std::io::stderr().is_terminal();
     loop {
         let over = async {
             match end {
@@ -127,15 +126,9 @@ pub async fn run(args: WatchArgs, shutdown: Shutdown) -> anyhow::Result<()> {
                     .join(" · ")
             }
         );
-        if tty {
-            eprint!("\r{line:<78}");
-        } else {
-            eprintln!("{line}");
-        }
+        super::progress_line(Some(&line));
     }
-    if tty {
-        eprint!("\r{:78}\r", "");
-    }
+    super::progress_line(None);
     stop.trigger();
     let end_s = started.elapsed().as_secs_f64();
     let at = |i: Instant| i.saturating_duration_since(started).as_secs_f64();

@@ -30,13 +30,18 @@ pub(super) fn spawn(balancer: Arc<Balancer>, index: usize, rules: HealthCheck, s
                 _ = shutdown.wait() => return,
                 _ = ticks.tick() => {}
             }
-            let result = if rules.grpc {
-                grpc_check(target, &rules, &balancer.connector).await
-            } else {
-                let tls = (balancer.config.protocol == super::BackendProtocol::H2)
-                    .then_some(&balancer.connector);
-                check(target, &rules, tls).await
+            let attempt = async {
+                if rules.grpc {
+                    grpc_check(target, &balancer.connector).await
+                } else {
+                    let tls = (balancer.config.protocol == super::BackendProtocol::H2)
+                        .then_some(&balancer.connector);
+                    check(target, &rules, tls).await
+                }
             };
+            let result = tokio::time::timeout(rules.timeout, attempt)
+                .await
+                .unwrap_or_else(|_| Err(format!("timeout after {:?}", rules.timeout)));
             balancer
                 .lock()
                 .checked(index, result, &rules, Instant::now());
@@ -52,38 +57,33 @@ pub(super) async fn check(
     rules: &HealthCheck,
     tls: Option<&Connector>,
 ) -> Result<(), String> {
-    let attempt = async {
-        if rules.path.is_empty() {
-            tokio::net::TcpStream::connect(target)
-                .await
-                .map_err(|e| format!("connect: {e}"))?;
-            return Ok(());
-        }
-        let request = Request::get(rules.path.as_str())
-            .header(header::HOST, target.to_string())
-            .header(header::USER_AGENT, "snag-balancer-check")
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| format!("request: {e}"))?;
-        let response = ask(target, tls, request).await?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), 64 * 1024)
-            .collect()
+    if rules.path.is_empty() {
+        tokio::net::TcpStream::connect(target)
             .await
-            .map_err(|e| format!("body: {e}"))?
-            .to_bytes();
-        if status != StatusCode::OK {
-            return Err(format!("status {}", status.as_u16()));
-        }
-        if let Some(text) = &rules.expect_body
-            && !String::from_utf8_lossy(&body).contains(text.as_str())
-        {
-            return Err(format!("body lacks {text:?}"));
-        }
-        Ok(())
-    };
-    tokio::time::timeout(rules.timeout, attempt)
+            .map_err(|e| format!("connect: {e}"))?;
+        return Ok(());
+    }
+    let request = Request::get(rules.path.as_str())
+        .header(header::HOST, target.to_string())
+        .header(header::USER_AGENT, "snag-balancer-check")
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| format!("request: {e}"))?;
+    let response = ask(target, tls, request).await?;
+    let status = response.status();
+    let body = Limited::new(response.into_body(), 64 * 1024)
+        .collect()
         .await
-        .unwrap_or_else(|_| Err(format!("timeout after {:?}", rules.timeout)))
+        .map_err(|e| format!("body: {e}"))?
+        .to_bytes();
+    if status != StatusCode::OK {
+        return Err(format!("status {}", status.as_u16()));
+    }
+    if let Some(text) = &rules.expect_body
+        && !String::from_utf8_lossy(&body).contains(text.as_str())
+    {
+        return Err(format!("body lacks {text:?}"));
+    }
+    Ok(())
 }
 
 /// `request` on a new connection to `target`: HTTP/2 through `http2`'s connector
@@ -132,45 +132,36 @@ async fn ask(
 
 /// One gRPC health check: a new connection (TLS when the backends speak h2),
 /// `grpc.health.v1.Health/Check` for the whole server, and `SERVING` in answer.
-pub(super) async fn grpc_check(
-    target: SocketAddr,
-    rules: &HealthCheck,
-    connector: &Connector,
-) -> Result<(), String> {
+pub(super) async fn grpc_check(target: SocketAddr, connector: &Connector) -> Result<(), String> {
     use crate::fault::http::grpc;
-    let attempt = async {
-        // An empty HealthCheckRequest: the server as a whole.
-        let request = Request::post(grpc::HEALTH_CHECK)
-            .header(header::CONTENT_TYPE, "application/grpc")
-            .header(header::TE, "trailers")
-            .header(header::USER_AGENT, "snag-balancer-check")
-            .body(Full::new(grpc::frame(&[])))
-            .map_err(|e| format!("request: {e}"))?;
-        let response = ask(target, Some(connector), request).await?;
-        let status = response.status();
-        // A trailers-only answer carries its status in the head.
-        let head = response.headers().get("grpc-status").cloned();
-        let body = Limited::new(response.into_body(), 64 * 1024)
-            .collect()
-            .await
-            .map_err(|e| format!("body: {e}"))?;
-        if status != StatusCode::OK {
-            return Err(format!("status {}", status.as_u16()));
-        }
-        let code = body
-            .trailers()
-            .and_then(|t| t.get("grpc-status").cloned())
-            .or(head);
-        match code.as_ref().and_then(|c| c.to_str().ok()) {
-            Some("0") => {}
-            Some(code) => return Err(format!("grpc-status {code}")),
-            None => return Err("no grpc-status".into()),
-        }
-        serving(&body.to_bytes())
-    };
-    tokio::time::timeout(rules.timeout, attempt)
+    // An empty HealthCheckRequest: the server as a whole.
+    let request = Request::post(grpc::HEALTH_CHECK)
+        .header(header::CONTENT_TYPE, "application/grpc")
+        .header(header::TE, "trailers")
+        .header(header::USER_AGENT, "snag-balancer-check")
+        .body(Full::new(grpc::frame(&[])))
+        .map_err(|e| format!("request: {e}"))?;
+    let response = ask(target, Some(connector), request).await?;
+    let status = response.status();
+    // A trailers-only answer carries its status in the head.
+    let head = response.headers().get("grpc-status").cloned();
+    let body = Limited::new(response.into_body(), 64 * 1024)
+        .collect()
         .await
-        .unwrap_or_else(|_| Err(format!("timeout after {:?}", rules.timeout)))
+        .map_err(|e| format!("body: {e}"))?;
+    if status != StatusCode::OK {
+        return Err(format!("status {}", status.as_u16()));
+    }
+    let code = body
+        .trailers()
+        .and_then(|t| t.get("grpc-status").cloned())
+        .or(head);
+    match code.as_ref().and_then(|c| c.to_str().ok()) {
+        Some("0") => {}
+        Some(code) => return Err(format!("grpc-status {code}")),
+        None => return Err("no grpc-status".into()),
+    }
+    serving(&body.to_bytes())
 }
 
 /// Whether one framed HealthCheckResponse says `SERVING` (field 1 = 1); why not.

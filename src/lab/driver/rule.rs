@@ -23,45 +23,47 @@ pub fn log_statuses(rule: &LogRule, text: &str) -> Vec<(String, String)> {
 
 /// `(backend key, status word)` pairs from a CSV answer.
 pub fn csv_statuses(rule: &CsvRule, text: &str) -> Vec<(String, String)> {
-    text.lines()
-        .filter(|l| l.starts_with(&rule.rows))
-        .filter_map(|l| {
-            let fields: Vec<&str> = l.split(',').collect();
-            let id = fields.get(rule.id)?;
-            let status = fields.get(rule.status)?;
-            (!rule.skip.iter().any(|s| s == id)).then(|| (id.to_string(), status.to_string()))
-        })
+    csv_backends(rule, text)
+        .filter_map(|(id, fields)| Some((id.to_string(), fields.get(rule.status)?.to_string())))
         .collect()
 }
 
 /// `(backend key, requests served)` pairs: `rule.requests`' fields summed per row.
 pub fn csv_requests(rule: &CsvRule, text: &str) -> Vec<(String, u64)> {
-    text.lines()
-        .filter(|l| l.starts_with(&rule.rows))
-        .filter_map(|l| {
-            let fields: Vec<&str> = l.split(',').collect();
-            let id = fields.get(rule.id)?;
-            let n = rule
-                .requests
-                .iter()
-                .filter_map(|&i| fields.get(i)?.trim().parse::<u64>().ok())
-                .sum();
-            (!rule.skip.iter().any(|s| s == id)).then(|| (id.to_string(), n))
-        })
+    csv_backends(rule, text)
+        .map(|(id, fields)| (id.to_string(), sum(&rule.requests, &fields)))
         .collect()
 }
 
 /// The sum of `rule.sum`'s fields over the matching rows.
 pub fn csv_count(rule: &CsvRule, text: &str) -> u64 {
+    csv_rows(rule, text)
+        .map(|fields| sum(&rule.sum, &fields))
+        .sum()
+}
+
+/// The fields of each row `rule.rows` picks.
+fn csv_rows<'t>(rule: &CsvRule, text: &'t str) -> impl Iterator<Item = Vec<&'t str>> {
     text.lines()
         .filter(|l| l.starts_with(&rule.rows))
-        .map(|l| {
-            let fields: Vec<&str> = l.split(',').collect();
-            rule.sum
-                .iter()
-                .filter_map(|&i| fields.get(i)?.trim().parse::<u64>().ok())
-                .sum::<u64>()
-        })
+        .map(|l| l.split(',').collect())
+}
+
+/// The picked rows that name a backend not skipped: its key and the row's fields.
+fn csv_backends<'t>(
+    rule: &CsvRule,
+    text: &'t str,
+) -> impl Iterator<Item = (&'t str, Vec<&'t str>)> {
+    csv_rows(rule, text).filter_map(|fields| {
+        let id = *fields.get(rule.id)?;
+        (!rule.skip.iter().any(|s| s == id)).then_some((id, fields))
+    })
+}
+
+/// The numbers in `fields` at `at`, summed; a field missing or not a number counts 0.
+fn sum(at: &[usize], fields: &[&str]) -> u64 {
+    at.iter()
+        .filter_map(|&i| fields.get(i)?.trim().parse::<u64>().ok())
         .sum()
 }
 
