@@ -160,6 +160,24 @@ async fn faults_added_and_removed_at_run_time_reach_open_connections() {
 }
 
 #[tokio::test]
+async fn an_idle_faulted_connection_still_hears_a_fault_change() {
+    within(10, async {
+        let (addr, proxy) = spawn_proxy(echo_server().await, &["latency:latency=1"]).await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        // Both directions have relayed and wait with nothing held: at rest.
+        common::rtt(&mut client).await;
+        proxy.add_fault("down".parse().unwrap()).unwrap();
+        let mut buf = [0; 1];
+        let closed = client.read(&mut buf).await;
+        assert!(
+            matches!(closed, Ok(0) | Err(_)),
+            "the connection outlived `down`: {closed:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn removing_a_stalling_fault_releases_what_it_held() {
     within(10, async {
         let (addr, proxy) = spawn_proxy(echo_server().await, &["bandwidth:rate=0"]).await;

@@ -91,13 +91,21 @@ fn bit(slot: usize) -> Mask {
     1u64.checked_shl(slot as u32).unwrap_or(0)
 }
 
+thread_local! {
+    /// The steps between two stages, and what one stage gave back for one step: kept
+    /// per thread, not per chain, so an idle faulted connection holds neither.
+    static SCRATCH: std::cell::RefCell<Scratch> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The steps between two stages, each with the stages that acted on it; what one
+/// stage gave back.
+type Scratch = (Vec<(Step, Mask)>, Vec<Step>);
+
 /// The stages of one direction of one connection, in the order the faults were added.
 #[derive(Debug, Default)]
 pub struct Chain {
     slots: Vec<Slot>,
-    scratch: Vec<(Step, Mask)>,
-    /// What one stage gave back for one step.
-    given: Vec<Step>,
     /// The names each mask stood for since the last sync: a step stream mostly
     /// repeats one set, so each set is built once.
     named: Vec<(Mask, Arc<ActedBy>)>,
@@ -184,8 +192,7 @@ impl Chain {
 
     /// Runs `steps` through the stages from `from` on and appends the result to `out`.
     fn run(&mut self, from: usize, mut steps: Vec<(Step, Mask)>, out: &mut Vec<Staged>) {
-        let mut next = std::mem::take(&mut self.scratch);
-        let mut given = std::mem::take(&mut self.given);
+        let (mut next, mut given) = SCRATCH.with_borrow_mut(std::mem::take);
         let from = from.min(self.slots.len());
         for (index, slot) in self.slots.iter_mut().enumerate().skip(from) {
             let Some(stage) = &mut slot.stage else {
@@ -208,8 +215,7 @@ impl Chain {
             let by = (mask != 0).then(|| self.acted_by(mask));
             out.push(Staged { step, by });
         }
-        self.scratch = next;
-        self.given = given;
+        SCRATCH.set((next, given));
     }
 
     /// The names `mask` stands for, built once per mask between syncs.

@@ -12,6 +12,7 @@ mod flow;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod timer;
 
 use std::sync::Arc;
 

@@ -3,22 +3,18 @@
 //! without awaiting; between other streams (the tests' pipes) it reads and writes
 //! through the async traits.
 
-use std::{cell::RefCell, io, os::fd::AsRawFd, pin::pin};
+use std::{io, os::fd::AsRawFd, pin::pin};
 
 use bytes::Bytes;
 use nix::{errno::Errno, sys::socket::MsgFlags};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncWriteExt, Interest};
 
 use super::{
-    End, READ_SIZE, Sink, Source,
+    End, Sink, Source,
     flow::{Flow, Which, tap},
+    stream::{BUF, read_some},
 };
 use crate::capture::{self, Record};
-
-thread_local! {
-    /// The fast path's read buffer: one per worker thread, none per connection.
-    static BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_SIZE]);
-}
 
 impl<R: Source, W: Sink> Flow<'_, R, W> {
     /// The unfaulted path. Returns `None` when the fault list changed and the caller
@@ -34,7 +30,6 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
     /// The unfaulted path between any two streams: a read, a write, again.
     async fn fast_any(&mut self) -> Option<End> {
         let control = self.control;
-        let mut buf = vec![0; READ_SIZE];
         loop {
             let mut woken = pin!(control.notify.notified());
             woken.as_mut().enable();
@@ -46,17 +41,17 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
             }
             let read = tokio::select! {
                 biased;
-                read = self.src.read(&mut buf) => read,
+                read = read_some(&mut self.src) => read,
                 _ = woken => continue,
             };
             match read {
-                Ok(0) => return Some(self.pass_fin().await),
-                Ok(n) => {
-                    self.received += n as u64;
-                    if let Some(end) = self.write(&buf[..n]).await {
+                Ok(data) if data.is_empty() => return Some(self.pass_fin().await),
+                Ok(data) => {
+                    self.received += data.len() as u64;
+                    if let Some(end) = self.write(&data).await {
                         return Some(end);
                     }
-                    self.tap_pass(Bytes::copy_from_slice(&buf[..n])).await;
+                    self.tap_pass(data).await;
                 }
                 Err(_) => return Some(End::PeerReset(self.side(Which::Src))),
             }

@@ -3,12 +3,56 @@
 //! one, and the only one that gets the unfaulted path's direct `recv`; tests relay
 //! over in-memory pipes under paused time.
 
-use std::net::SocketAddr;
+use std::{
+    cell::RefCell,
+    future::poll_fn,
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    task::{Poll, ready},
+};
 
+use bytes::{Bytes, BytesMut};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpStream, tcp},
 };
+use tokio_util::io::poll_read_buf;
+
+use super::READ_SIZE;
+
+thread_local! {
+    /// The read buffer of both paths: one per worker thread, none per connection.
+    pub(super) static BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_SIZE]);
+    /// Where the faulted path reads: one per worker thread too.
+    static STAGED: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
+/// From this size on, a read's bytes leave the per-thread buffer as they are, not as
+/// a copy: bulk transfers then copy nothing, and a chunk holds at most four times
+/// its size while it is queued.
+const HAND_OFF: usize = READ_SIZE / 4;
+
+/// Reads what `src` has, up to [`READ_SIZE`], into a per-thread buffer; empty at the
+/// end of the stream. The buffer is borrowed only inside each poll, so a connection
+/// waiting here holds none: a buffer per connection kept 64 KiB reserved in every
+/// idle faulted connection and left the allocator fragmented after they closed. A
+/// small read is copied out at its size; a large one takes the buffer's bytes along.
+pub(super) async fn read_some<R: Source>(src: &mut R) -> io::Result<Bytes> {
+    poll_fn(|cx| {
+        STAGED.with_borrow_mut(|buf| {
+            buf.clear();
+            buf.reserve(READ_SIZE);
+            let n = ready!(poll_read_buf(Pin::new(&mut *src), cx, buf))?;
+            Poll::Ready(Ok(if n >= HAND_OFF {
+                buf.split_to(n).freeze()
+            } else {
+                Bytes::copy_from_slice(&buf[..n])
+            }))
+        })
+    })
+    .await
+}
 
 /// One end of a relayed connection.
 pub trait Stream {

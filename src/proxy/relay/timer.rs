@@ -1,0 +1,219 @@
+//! When a staged chunk or reset leaves. tokio's timer wheel rounds every deadline up
+//! to its next millisecond tick, which shaped every fault: `latency=1` added 1–2 ms,
+//! `slicer` pieces left in pairs a millisecond apart. Where bytes meet a real socket
+//! a direction waits on one precise timer thread instead: a futex wait with no timer
+//! slack, and a wake-up of the waiting task. Between in-memory pipes, which the tests
+//! drive under paused time, it waits on the runtime's timer, whose clock they control.
+
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    pin::Pin,
+    sync::{
+        Condvar, Mutex, OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll, Waker},
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+/// Which clock a direction's due times are kept by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Timer {
+    /// The precise timer thread.
+    Precise,
+    /// The runtime's timer wheel (paused time in tests).
+    Runtime,
+}
+
+impl Timer {
+    /// Waits until `due`.
+    pub(super) async fn until(self, due: Instant) {
+        match self {
+            Timer::Precise => {
+                Deadline {
+                    due: due.into_std(),
+                    key: None,
+                }
+                .await
+            }
+            // Boxed: only the tests' pipes take it, and a `Sleep` is large to keep
+            // in every faulted direction's future.
+            Timer::Runtime => Box::pin(tokio::time::sleep_until(centred(due))).await,
+        }
+    }
+}
+
+/// The wheel rounds a deadline up to its next 1 ms tick, so aiming half a tick early
+/// centres the error on zero: a chunk leaves within ±0.5 ms of its due time.
+fn centred(due: Instant) -> Instant {
+    due.checked_sub(Duration::from_micros(500)).unwrap_or(due)
+}
+
+/// The waiting tasks, by due time (and a number that tells equal times apart).
+struct Wheel {
+    waiting: Mutex<BTreeMap<(std::time::Instant, u64), Waker>>,
+    /// Signalled when a new earliest deadline arrives.
+    sooner: Condvar,
+    next_key: AtomicU64,
+}
+
+fn wheel() -> &'static Wheel {
+    static WHEEL: OnceLock<&'static Wheel> = OnceLock::new();
+    WHEEL.get_or_init(|| {
+        let wheel: &'static Wheel = Box::leak(Box::new(Wheel {
+            waiting: Mutex::new(BTreeMap::new()),
+            sooner: Condvar::new(),
+            next_key: AtomicU64::new(0),
+        }));
+        std::thread::Builder::new()
+            .name("snag-timer".into())
+            .spawn(move || wheel.run())
+            .expect("the timer thread starts");
+        wheel
+    })
+}
+
+impl Wheel {
+    fn run(&self) {
+        // The kernel makes a sleeping thread up to its timer slack late (50 µs by
+        // default) to batch wake-ups; this thread exists to be on time.
+        let _ = nix::sys::prctl::set_timerslack(1);
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = std::time::Instant::now();
+            let due: Vec<Waker> = {
+                let later = waiting.split_off(&(now, u64::MAX));
+                std::mem::replace(&mut *waiting, later)
+                    .into_values()
+                    .collect()
+            };
+            if !due.is_empty() {
+                drop(waiting);
+                due.into_iter().for_each(Waker::wake);
+                waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            waiting = match waiting.first_key_value() {
+                Some(((at, _), _)) => {
+                    let left = at.saturating_duration_since(now);
+                    self.sooner
+                        .wait_timeout(waiting, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                None => self.sooner.wait(waiting).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
+    }
+}
+
+/// Ready at `due`; registered with the timer thread while pending, removed when
+/// dropped early (a read or a fault change won the race).
+struct Deadline {
+    due: std::time::Instant,
+    key: Option<u64>,
+}
+
+impl Future for Deadline {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if std::time::Instant::now() >= self.due {
+            self.unregister();
+            return Poll::Ready(());
+        }
+        let wheel = wheel();
+        let key = *self
+            .key
+            .get_or_insert_with(|| wheel.next_key.fetch_add(1, Ordering::Relaxed));
+        let mut waiting = wheel.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let first = waiting
+            .first_key_value()
+            .is_none_or(|(k, _)| (self.due, key) < *k);
+        waiting.insert((self.due, key), cx.waker().clone());
+        drop(waiting);
+        if first {
+            wheel.sooner.notify_one();
+        }
+        Poll::Pending
+    }
+}
+
+impl Deadline {
+    fn unregister(&mut self) {
+        if let Some(key) = self.key.take() {
+            let wheel = wheel();
+            let mut waiting = wheel.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            waiting.remove(&(self.due, key));
+        }
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        self.unregister();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lower bounds only, on a real clock: never early, whatever the machine's load.
+    #[tokio::test]
+    async fn a_precise_deadline_is_never_early() {
+        for micros in [0, 50, 200, 1_000, 3_000] {
+            let start = Instant::now();
+            Timer::Precise
+                .until(start + Duration::from_micros(micros))
+                .await;
+            assert!(
+                start.elapsed() >= Duration::from_micros(micros),
+                "{micros} µs"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn many_deadlines_wake_each_task() {
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..200u64)
+            .map(|i| {
+                tokio::spawn(async move {
+                    let due = start + Duration::from_micros(100 + (i * 37) % 2_000);
+                    Timer::Precise.until(due).await;
+                    assert!(Instant::now() >= due);
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dropped_deadline_leaves_the_timer_thread() {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let pending = tokio::time::timeout(Duration::from_millis(5), Timer::Precise.until(far));
+        assert!(pending.await.is_err());
+        let waiting = wheel().waiting.lock().unwrap();
+        assert!(
+            !waiting.keys().any(|(at, _)| *at == far.into_std()),
+            "the dropped deadline is still registered"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_runtime_timer_follows_paused_time() {
+        let start = Instant::now();
+        Timer::Runtime.until(start + Duration::from_secs(30)).await;
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(29_499) && waited <= Duration::from_secs(30),
+            "{waited:?}"
+        );
+    }
+}
