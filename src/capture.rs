@@ -32,7 +32,7 @@ use pcap_file::{
 };
 use tokio::sync::mpsc;
 
-use self::tcp::{Leg, Peer};
+use self::tcp::{Frame, Leg, Peer};
 
 /// Where and how much to capture.
 #[derive(Debug, Clone)]
@@ -234,6 +234,8 @@ struct Output {
     /// ahead of the packets when the file is sealed (Wireshark uses a block's keys
     /// only on packets after it, and the keys come after the handshake's packets).
     secrets: String,
+    /// The frame being written, reused.
+    frame: Vec<u8>,
 }
 
 fn pcap_err(e: pcap_file::PcapError) -> io::Error {
@@ -243,7 +245,8 @@ fn pcap_err(e: pcap_file::PcapError) -> io::Error {
 impl Output {
     fn open(settings: &Settings, index: u32) -> io::Result<Output> {
         let path = rotated(&settings.path, index);
-        let file = BufWriter::new(File::create(&path)?);
+        // Large enough that a busy capture writes in few system calls.
+        let file = BufWriter::with_capacity(1 << 18, File::create(&path)?);
         let mut writer = PcapNgWriter::new(file).map_err(pcap_err)?;
         let interface = InterfaceDescriptionBlock {
             linktype: DataLink::ETHERNET,
@@ -263,6 +266,7 @@ impl Output {
             index,
             path,
             secrets: String::new(),
+            frame: Vec::new(),
         })
     }
 
@@ -296,7 +300,7 @@ impl Output {
             } => {
                 let mut l = Leg::new(a, b, [isn(conn, leg, 0), isn(conn, leg, 1)]);
                 for frame in l.handshake() {
-                    self.packet(&frame, at, None, settings)?;
+                    self.packet(frame, at, None, settings)?;
                 }
                 legs.insert((conn, leg), l);
             }
@@ -343,13 +347,13 @@ impl Output {
     /// One frame, if its leg was known.
     fn packet_if(
         &mut self,
-        frame: Option<Vec<u8>>,
+        frame: Option<Frame>,
         at: Duration,
         note: Option<&str>,
         settings: &Settings,
     ) -> io::Result<()> {
         match frame {
-            Some(frame) => self.packet(&frame, at, note, settings),
+            Some(frame) => self.packet(frame, at, note, settings),
             None => Ok(()),
         }
     }
@@ -365,28 +369,36 @@ impl Output {
         settings: &Settings,
     ) -> io::Result<()> {
         for frame in leg.map(|l| l.data(from, data)).unwrap_or_default() {
-            self.packet(&frame, at, note, settings)?;
+            self.packet(frame, at, note, settings)?;
         }
         Ok(())
     }
 
     fn packet(
         &mut self,
-        frame: &[u8],
+        mut frame: Frame,
         at: Duration,
         note: Option<&str>,
         settings: &Settings,
     ) -> io::Result<()> {
-        let kept = if settings.snaplen > 0 {
-            &frame[..frame.len().min(settings.snaplen as usize)]
-        } else {
-            frame
+        let len = frame.wire_len();
+        let kept = match settings.snaplen as usize {
+            0 => len,
+            snaplen => len.min(snaplen),
         };
+        if kept == len {
+            frame.checksum();
+        }
+        let head = frame.head();
+        self.frame.clear();
+        self.frame.extend_from_slice(&head[..kept.min(head.len())]);
+        self.frame
+            .extend_from_slice(&frame.payload[..kept.saturating_sub(head.len())]);
         let block = EnhancedPacketBlock {
             interface_id: 0,
             timestamp: at,
-            original_len: frame.len() as u32,
-            data: Cow::Borrowed(kept),
+            original_len: len as u32,
+            data: Cow::Borrowed(&self.frame),
             options: note
                 .map(|n| vec![EnhancedPacketOption::Comment(Cow::Borrowed(n))])
                 .unwrap_or_default(),

@@ -181,6 +181,21 @@ async fn both_legs_reassemble_to_the_bytes_relayed_and_resets_are_annotated() {
             4,
             "{conv}"
         );
+        // Every IP and TCP checksum verifies, the TCP ones computed over whole payloads.
+        let checks = run(&[
+            "-o",
+            "ip.check_checksum:TRUE",
+            "-o",
+            "tcp.check_checksum:TRUE",
+            "-T",
+            "fields",
+            "-e",
+            "ip.checksum.status",
+            "-e",
+            "tcp.checksum.status",
+        ]);
+        assert!(checks.lines().count() >= 10, "{checks}");
+        assert!(checks.lines().all(|l| l == "1\t1"), "{checks}");
         let comments = run(&["-Y", "frame.comment", "-T", "fields", "-e", "frame.comment"]);
         assert!(
             comments.contains("reset_peer_downstream") && comments.contains("latency_downstream"),

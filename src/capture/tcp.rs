@@ -39,17 +39,17 @@ impl Leg {
     }
 
     /// SYN, SYN-ACK, ACK.
-    pub fn handshake(&mut self) -> Vec<Vec<u8>> {
+    pub fn handshake(&mut self) -> [Frame<'static>; 3] {
         let syn = self.segment(Peer::Initiator, SYN, &[]);
         self.next[0] = self.next[0].wrapping_add(1);
         let syn_ack = self.segment(Peer::Acceptor, SYN | ACK, &[]);
         self.next[1] = self.next[1].wrapping_add(1);
         let ack = self.segment(Peer::Initiator, ACK, &[]);
-        vec![syn, syn_ack, ack]
+        [syn, syn_ack, ack]
     }
 
     /// Segments carrying `data` from `from`, in order.
-    pub fn data(&mut self, from: Peer, data: &[u8]) -> Vec<Vec<u8>> {
+    pub fn data<'a>(&mut self, from: Peer, data: &'a [u8]) -> Vec<Frame<'a>> {
         data.chunks(SEGMENT)
             .map(|part| {
                 let frame = self.segment(from, PSH | ACK, part);
@@ -61,7 +61,7 @@ impl Leg {
     }
 
     /// FIN from `from`.
-    pub fn fin(&mut self, from: Peer) -> Vec<u8> {
+    pub fn fin(&mut self, from: Peer) -> Frame<'static> {
         let frame = self.segment(from, FIN | ACK, &[]);
         let i = from as usize;
         self.next[i] = self.next[i].wrapping_add(1);
@@ -69,76 +69,113 @@ impl Leg {
     }
 
     /// RST from `from`.
-    pub fn rst(&mut self, from: Peer) -> Vec<u8> {
+    pub fn rst(&mut self, from: Peer) -> Frame<'static> {
         self.segment(from, RST | ACK, &[])
     }
 
-    fn segment(&self, from: Peer, flags: u8, payload: &[u8]) -> Vec<u8> {
+    fn segment<'a>(&self, from: Peer, flags: u8, payload: &'a [u8]) -> Frame<'a> {
         let (src, dst, seq, ack) = match from {
             Peer::Initiator => (self.a, self.b, self.next[0], self.next[1]),
             Peer::Acceptor => (self.b, self.a, self.next[1], self.next[0]),
         };
         let ack = if flags & ACK != 0 { ack } else { 0 };
-        frame(src, dst, seq, ack, flags, payload)
+        Frame::new(src, dst, seq, ack, flags, payload)
     }
 }
 
-/// An Ethernet frame with an IPv4 or IPv6 packet holding one TCP segment.
-fn frame(
-    src: SocketAddr,
-    dst: SocketAddr,
-    seq: u32,
-    ack: u32,
-    flags: u8,
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut tcp = Vec::with_capacity(20 + payload.len());
-    tcp.extend_from_slice(&src.port().to_be_bytes());
-    tcp.extend_from_slice(&dst.port().to_be_bytes());
-    tcp.extend_from_slice(&seq.to_be_bytes());
-    tcp.extend_from_slice(&ack.to_be_bytes());
-    tcp.push(5 << 4); // data offset: 20 bytes, no options
-    tcp.push(flags);
-    tcp.extend_from_slice(&65535u16.to_be_bytes()); // window
-    tcp.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent pointer
-    tcp.extend_from_slice(payload);
+/// Ethernet, IPv6 and TCP headers.
+const HEAD_MAX: usize = 14 + 40 + 20;
 
-    let mut out = Vec::with_capacity(14 + 40 + tcp.len());
-    out.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01]); // dst, src MAC
-    match (src.ip(), dst.ip()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let sum = checksum(&[
-                &s.octets(),
-                &d.octets(),
-                &[0, 6],
-                &(tcp.len() as u16).to_be_bytes(),
-                &tcp,
-            ]);
-            tcp[16..18].copy_from_slice(&sum.to_be_bytes());
-            out.extend_from_slice(&[0x08, 0x00]);
-            let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0];
-            ip[2..4].copy_from_slice(&((20 + tcp.len()) as u16).to_be_bytes());
-            ip.extend_from_slice(&s.octets());
-            ip.extend_from_slice(&d.octets());
-            let sum = checksum(&[&ip]);
-            ip[10..12].copy_from_slice(&sum.to_be_bytes());
-            out.extend_from_slice(&ip);
-        }
-        (s, d) => {
-            let (s, d) = (to_v6(s), to_v6(d));
-            let len = (tcp.len() as u32).to_be_bytes();
-            let sum = checksum(&[&s, &d, &len, &[0, 0, 0, 6], &tcp]);
-            tcp[16..18].copy_from_slice(&sum.to_be_bytes());
-            out.extend_from_slice(&[0x86, 0xdd]);
-            out.extend_from_slice(&[0x60, 0, 0, 0]);
-            out.extend_from_slice(&(tcp.len() as u16).to_be_bytes());
-            out.extend_from_slice(&[6, 64]);
-            out.extend_from_slice(&s);
-            out.extend_from_slice(&d);
+/// An Ethernet frame with an IPv4 or IPv6 packet holding one TCP segment: its headers,
+/// and the payload where it already lies, so the writer copies only what it keeps.
+#[derive(Debug, Clone)]
+pub struct Frame<'a> {
+    head: [u8; HEAD_MAX],
+    head_len: usize,
+    /// The pseudo-header's share of the TCP checksum, not yet folded.
+    pseudo: u64,
+    /// The payload.
+    pub payload: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    fn new(
+        src: SocketAddr,
+        dst: SocketAddr,
+        seq: u32,
+        ack: u32,
+        flags: u8,
+        payload: &'a [u8],
+    ) -> Frame<'a> {
+        let mut head = [0u8; HEAD_MAX];
+        head[..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01]); // dst, src MAC
+        let tcp_len = 20 + payload.len();
+        let (tcp_at, pseudo) = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                head[12..14].copy_from_slice(&[0x08, 0x00]);
+                let ip = &mut head[14..34];
+                ip[..12].copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0]);
+                ip[2..4].copy_from_slice(&((20 + tcp_len) as u16).to_be_bytes());
+                ip[12..16].copy_from_slice(&s.octets());
+                ip[16..20].copy_from_slice(&d.octets());
+                let sum = fold(sum(ip));
+                ip[10..12].copy_from_slice(&sum.to_be_bytes());
+                let pseudo = sum_parts(&[
+                    &s.octets(),
+                    &d.octets(),
+                    &[0, 6],
+                    &(tcp_len as u16).to_be_bytes(),
+                ]);
+                (34, pseudo)
+            }
+            (s, d) => {
+                let (s, d) = (to_v6(s), to_v6(d));
+                head[12..14].copy_from_slice(&[0x86, 0xdd]);
+                let ip = &mut head[14..54];
+                ip[..4].copy_from_slice(&[0x60, 0, 0, 0]);
+                ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+                ip[6..8].copy_from_slice(&[6, 64]);
+                ip[8..24].copy_from_slice(&s);
+                ip[24..40].copy_from_slice(&d);
+                let len = (tcp_len as u32).to_be_bytes();
+                (54, sum_parts(&[&s, &d, &len, &[0, 0, 0, 6]]))
+            }
+        };
+        let tcp = &mut head[tcp_at..tcp_at + 20];
+        tcp[0..2].copy_from_slice(&src.port().to_be_bytes());
+        tcp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+        tcp[4..8].copy_from_slice(&seq.to_be_bytes());
+        tcp[8..12].copy_from_slice(&ack.to_be_bytes());
+        tcp[12] = 5 << 4; // data offset: 20 bytes, no options
+        tcp[13] = flags;
+        tcp[14..16].copy_from_slice(&65535u16.to_be_bytes()); // window; checksum and urgent pointer 0
+        Frame {
+            head,
+            head_len: tcp_at + 20,
+            pseudo,
+            payload,
         }
     }
-    out.extend_from_slice(&tcp);
-    out
+
+    /// Ethernet, IP and TCP headers.
+    pub fn head(&self) -> &[u8] {
+        &self.head[..self.head_len]
+    }
+
+    /// Bytes in the whole frame.
+    pub fn wire_len(&self) -> usize {
+        self.head_len + self.payload.len()
+    }
+
+    /// Fills in the TCP checksum, which covers the payload: the writer asks for it
+    /// only when it keeps the whole frame, since a reader cannot verify a checksum
+    /// over bytes a snap length cut off (the field stays 0 then).
+    pub fn checksum(&mut self) {
+        let at = self.head_len - 20;
+        self.head[at + 16..at + 18].fill(0);
+        let sum = fold(self.pseudo + sum(&self.head[at..self.head_len]) + sum(self.payload));
+        self.head[at + 16..at + 18].copy_from_slice(&sum.to_be_bytes());
+    }
 }
 
 fn to_v6(ip: IpAddr) -> [u8; 16] {
@@ -148,20 +185,33 @@ fn to_v6(ip: IpAddr) -> [u8; 16] {
     }
 }
 
-/// The Internet checksum (RFC 1071) over the concatenation of `parts`. Every part
-/// but the last has an even length here (addresses, lengths, headers), so each is
-/// summed as whole 16-bit words.
-fn checksum(parts: &[&[u8]]) -> u16 {
-    let mut sum: u64 = 0;
-    for part in parts {
-        let mut words = part.chunks_exact(2);
-        for w in &mut words {
-            sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
-        }
-        if let [last] = words.remainder() {
-            sum += u64::from(u16::from_be_bytes([*last, 0]));
-        }
+/// `bytes` as 16-bit big-endian words added up, unfolded (RFC 1071); an odd last
+/// byte is padded with zero. Eight bytes at a time, as two 32-bit words: 2^16 ≡ 1 in
+/// ones' complement arithmetic, so the fold gives the same checksum.
+fn sum(bytes: &[u8]) -> u64 {
+    let mut total: u64 = 0;
+    let mut eights = bytes.chunks_exact(8);
+    for w in &mut eights {
+        let w = u64::from_be_bytes(w.try_into().expect("chunks of eight"));
+        total += (w >> 32) + (w & 0xffff_ffff);
     }
+    let mut words = eights.remainder().chunks_exact(2);
+    for w in &mut words {
+        total += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    if let [last] = words.remainder() {
+        total += u64::from(u16::from_be_bytes([*last, 0]));
+    }
+    total
+}
+
+/// The sum of `parts` laid end to end; every part has an even length.
+fn sum_parts(parts: &[&[u8]]) -> u64 {
+    parts.iter().map(|p| sum(p)).sum()
+}
+
+/// The Internet checksum of an unfolded sum.
+fn fold(mut sum: u64) -> u16 {
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
@@ -172,20 +222,67 @@ fn checksum(parts: &[&[u8]]) -> u16 {
 mod tests {
     use super::*;
 
+    /// RFC 1071 the plain way, 16 bits at a time, over parts laid end to end.
+    fn reference(parts: &[&[u8]]) -> u16 {
+        let bytes: Vec<u8> = parts.concat();
+        let mut sum: u64 = 0;
+        for w in bytes.chunks(2) {
+            sum += u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
+        }
+        while sum >> 16 != 0 {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        !(sum as u16)
+    }
+
+    fn whole(frame: &Frame) -> Vec<u8> {
+        [frame.head(), frame.payload].concat()
+    }
+
     #[test]
     fn checksums_verify_to_zero() {
         let a: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         let b: SocketAddr = "127.0.0.1:80".parse().unwrap();
         let mut leg = Leg::new(a, b, [100, 900]);
-        leg.handshake();
-        let frame = &leg.data(Peer::Initiator, b"hello")[0];
+        for mut frame in leg.handshake() {
+            frame.checksum();
+            frame.checksum(); // twice: the same, not the sum of the first
+            let f = whole(&frame);
+            assert_eq!(reference(&[&f[14..34]]), 0);
+            let len = ((f.len() - 34) as u16).to_be_bytes();
+            assert_eq!(reference(&[&f[26..34], &[0, 6], &len, &f[34..]]), 0);
+        }
+        let mut frame = leg.data(Peer::Initiator, b"hello").remove(0);
+        frame.checksum();
+        let frame = whole(&frame);
         let ip = &frame[14..34];
-        assert_eq!(checksum(&[ip]), 0);
+        assert_eq!(reference(&[ip]), 0);
         let tcp = &frame[34..];
         let len = (tcp.len() as u16).to_be_bytes();
-        assert_eq!(checksum(&[&ip[12..16], &ip[16..20], &[0, 6], &len, tcp]), 0);
+        assert_eq!(
+            reference(&[&ip[12..16], &ip[16..20], &[0, 6], &len, tcp]),
+            0
+        );
         // seq of the data follows the SYN: isn + 1.
         assert_eq!(u32::from_be_bytes(tcp[4..8].try_into().unwrap()), 101);
         assert_eq!(u32::from_be_bytes(tcp[8..12].try_into().unwrap()), 901);
+    }
+
+    #[test]
+    fn the_wide_checksum_matches_rfc_1071_at_every_length_and_on_ipv6() {
+        let a: SocketAddr = "[::1]:40000".parse().unwrap();
+        let b: SocketAddr = "[::1]:443".parse().unwrap();
+        let payload: Vec<u8> = (0..SEGMENT + 3).map(|i| (i * 7 + i / 251) as u8).collect();
+        for n in (0..40).chain([1023, SEGMENT - 1, SEGMENT, SEGMENT + 3]) {
+            let mut leg = Leg::new(a, b, [7, 9]);
+            for mut frame in leg.data(Peer::Acceptor, &payload[..n]) {
+                frame.checksum();
+                let f = whole(&frame);
+                assert_eq!(frame.wire_len(), f.len());
+                let len = ((f.len() - 54) as u32).to_be_bytes();
+                let sum = reference(&[&f[22..54], &len, &[0, 0, 0, 6], &f[54..]]);
+                assert_eq!(sum, 0, "{n} bytes");
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The unfaulted path of one direction: no stage, no queue, no buffer of its own.
 //! Between two sockets it reads with `recv` into a per-thread buffer and writes on
-//! without awaiting; between other streams (the tests' pipes) it reads and writes
-//! through the async traits.
+//! without awaiting; between other streams (the tests' pipes), and when capturing, it
+//! reads and writes through the async traits.
 
 use std::{io, os::fd::AsRawFd, pin::pin};
 
@@ -20,7 +20,9 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
     /// The unfaulted path. Returns `None` when the fault list changed and the caller
     /// must sync, `Some` when the direction ended.
     pub(super) async fn fast(&mut self) -> Option<End> {
-        if self.src.tcp().is_some() && self.dst.tcp().is_some() {
+        // A capture needs the bytes as a `Bytes` of their own: `read_some` hands a
+        // large read over uncopied, where `fast_tcp` would copy it out of its buffer.
+        if self.src.tcp().is_some() && self.dst.tcp().is_some() && self.tap.is_none() {
             self.fast_tcp().await
         } else {
             Box::pin(self.fast_any()).await
