@@ -32,7 +32,7 @@ use pcap_file::{
 };
 use tokio::sync::mpsc;
 
-use self::tcp::{Frame, Leg, Peer};
+use self::tcp::{Frame, Leg, Payload, Peer};
 
 /// Where and how much to capture.
 #[derive(Debug, Clone)]
@@ -90,8 +90,10 @@ pub enum Record {
         read: (usize, Peer),
         /// Where they were written, and by which side.
         written: (usize, Peer),
-        /// The bytes.
-        data: Bytes,
+        /// The bytes, or what the capture keeps of them.
+        data: Payload<Bytes>,
+        /// A comment for the written packet.
+        note: Option<String>,
         /// When.
         at: Duration,
     },
@@ -148,6 +150,8 @@ pub fn now() -> Duration {
 /// An open capture.
 #[derive(Debug)]
 pub struct Capture {
+    /// Bytes kept of each packet; 0 = all.
+    snaplen: u32,
     tx: Mutex<Option<mpsc::Sender<Record>>>,
     writer: Mutex<Option<std::thread::JoinHandle<io::Result<()>>>>,
 }
@@ -166,6 +170,7 @@ const REST: Duration = Duration::from_millis(1);
 impl Capture {
     /// Creates the file and starts the writer thread.
     pub fn create(settings: Settings) -> io::Result<Capture> {
+        let snaplen = settings.snaplen;
         let mut out = Output::open(&settings, 0)?;
         let (tx, mut rx) = mpsc::channel::<Record>(QUEUE);
         let writer = std::thread::Builder::new()
@@ -188,9 +193,15 @@ impl Capture {
                 out.finish()
             })?;
         Ok(Capture {
+            snaplen,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
         })
+    }
+
+    /// Bytes kept of each packet; 0 = all.
+    pub fn snaplen(&self) -> usize {
+        self.snaplen as usize
     }
 
     /// A sender for one connection's records; `None` once the capture is closed.
@@ -309,10 +320,16 @@ impl Output {
                 read,
                 written,
                 data,
+                note,
                 at,
             } => {
-                for (leg, from) in [read, written] {
-                    self.data(legs.get_mut(&(conn, leg)), from, &data, at, None, settings)?;
+                for ((leg, from), note) in [(read, None), (written, note.as_deref())] {
+                    let frames = legs
+                        .get_mut(&(conn, leg))
+                        .map(|l| l.payload(from, &data.as_slice()));
+                    for frame in frames.unwrap_or_default() {
+                        self.packet(frame, at, note, settings)?;
+                    }
                 }
             }
             Record::Fin {

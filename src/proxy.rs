@@ -273,6 +273,11 @@ impl Proxy {
         self.context.capture.as_ref().and_then(|c| c.sender())
     }
 
+    /// Bytes the capture keeps of each packet; 0 = all (or no capture).
+    pub fn snaplen(&self) -> usize {
+        self.context.capture.as_ref().map_or(0, |c| c.snaplen())
+    }
+
     /// The switch [`Proxy::set_capturing`] turns, for code that opens connections
     /// of its own.
     pub(crate) fn capture_switch(&self) -> Arc<AtomicBool> {

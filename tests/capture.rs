@@ -574,3 +574,86 @@ async fn http_faults_name_the_packets_they_touched_and_count_what_they_hit() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_snap_length_keeps_the_start_of_each_packet_and_every_length() {
+    within(60, async {
+        let dir =
+            std::env::temp_dir().join(format!("snag-test-{}-capture-snaplen", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let echo = echo_server().await;
+        let path = dir.join("cut.pcapng");
+        let (echo_at, file) = (echo.to_string(), path.to_str().unwrap().to_string());
+        let args = [
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &echo_at,
+            "--seed",
+            "1",
+            "--capture",
+            &file,
+            "--snaplen",
+            "128",
+        ];
+        let (child, row) = start(&args, "127.0.0.1").await;
+        let addr: SocketAddr = row.split_whitespace().nth(1).unwrap().parse().unwrap();
+        // Enough for reads of many segments each on the unfaulted path.
+        let sent = pattern(300_000, 7);
+        let (mut r, mut w) = TcpStream::connect(addr).await.unwrap().into_split();
+        let writing = {
+            let sent = sent.clone();
+            tokio::spawn(async move {
+                w.write_all(&sent).await.unwrap();
+                w.shutdown().await.unwrap();
+            })
+        };
+        let mut back = Vec::new();
+        r.read_to_end(&mut back).await.unwrap();
+        writing.await.unwrap();
+        assert_eq!(back, sent);
+        interrupt(child).await;
+
+        // tshark: every frame cut to 128 bytes, each direction of each leg carrying
+        // every byte by its lengths, no gap or overlap in the sequence numbers, and
+        // every IP header checksum right.
+        let fields = common::tshark(
+            &path,
+            &[
+                "-o",
+                "ip.check_checksum:TRUE",
+                "-T",
+                "fields",
+                "-e",
+                "frame.cap_len",
+                "-e",
+                "tcp.len",
+                "-e",
+                "ip.src",
+                "-e",
+                "tcp.srcport",
+                "-e",
+                "tcp.dstport",
+                "-e",
+                "tcp.analysis.flags",
+                "-e",
+                "ip.checksum.status",
+            ],
+        );
+        let mut carried: HashMap<(String, String), usize> = HashMap::new();
+        for line in fields.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            assert!(f[0].parse::<usize>().unwrap() <= 128, "{line}");
+            assert!(f[5].is_empty(), "tshark flagged a segment: {line}");
+            assert_eq!(f[6], "1", "{line}");
+            *carried
+                .entry((f[3].to_string(), f[4].to_string()))
+                .or_default() += f[1].parse::<usize>().unwrap();
+        }
+        let full: Vec<_> = carried.values().filter(|&&n| n == sent.len()).collect();
+        assert_eq!(full.len(), 4, "{carried:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}

@@ -50,14 +50,27 @@ impl Leg {
 
     /// Segments carrying `data` from `from`, in order.
     pub fn data<'a>(&mut self, from: Peer, data: &'a [u8]) -> Vec<Frame<'a>> {
-        data.chunks(SEGMENT)
-            .map(|part| {
-                let frame = self.segment(from, PSH | ACK, part);
-                let i = from as usize;
-                self.next[i] = self.next[i].wrapping_add(part.len() as u32);
-                frame
-            })
-            .collect()
+        self.payload(from, &Payload::whole(data))
+    }
+
+    /// Segments carrying `payload` from `from`, in order: as long as the bytes
+    /// relayed, holding what the payload kept of each.
+    pub fn payload<'a>(&mut self, from: Peer, payload: &Payload<&'a [u8]>) -> Vec<Frame<'a>> {
+        let mut frames = Vec::with_capacity(payload.len.div_ceil(SEGMENT));
+        let mut kept: &'a [u8] = payload.kept;
+        let mut left = payload.len;
+        while left > 0 {
+            let len = left.min(SEGMENT);
+            let (part, rest) = kept.split_at(len.min(payload.keep).min(kept.len()));
+            kept = rest;
+            let mut frame = self.segment(from, PSH | ACK, part);
+            frame.set_payload_len(len);
+            frames.push(frame);
+            let i = from as usize;
+            self.next[i] = self.next[i].wrapping_add(len as u32);
+            left -= len;
+        }
+        frames
     }
 
     /// FIN from `from`.
@@ -83,6 +96,58 @@ impl Leg {
     }
 }
 
+/// Bytes relayed as a capture holds them: all of them, or, when it keeps only the
+/// start of each packet, the first `keep` bytes of each [`SEGMENT`]-long piece, laid
+/// end to end. A relay copies that much, not a whole read, out of its buffer.
+#[derive(Debug, Clone)]
+pub struct Payload<B> {
+    /// Bytes relayed.
+    pub len: usize,
+    /// Bytes kept of each segment: [`SEGMENT`] when all are.
+    pub keep: usize,
+    /// What is kept.
+    pub kept: B,
+}
+
+impl<B: AsRef<[u8]>> Payload<B> {
+    /// All of `data`.
+    pub fn whole(data: B) -> Payload<B> {
+        Payload {
+            len: data.as_ref().len(),
+            keep: SEGMENT,
+            kept: data,
+        }
+    }
+
+    /// Borrowed.
+    pub fn as_slice(&self) -> Payload<&[u8]> {
+        Payload {
+            len: self.len,
+            keep: self.keep,
+            kept: self.kept.as_ref(),
+        }
+    }
+}
+
+impl Payload<bytes::Bytes> {
+    /// What a capture whose snap length is `snaplen` (0: all) keeps of `data`: each
+    /// segment's first `snaplen` bytes cover its headers and the start of its payload.
+    pub fn excerpt(data: &[u8], snaplen: usize) -> Payload<bytes::Bytes> {
+        if snaplen == 0 || snaplen >= SEGMENT {
+            return Payload::whole(bytes::Bytes::copy_from_slice(data));
+        }
+        let mut kept = Vec::with_capacity(data.len().div_ceil(SEGMENT) * snaplen);
+        for piece in data.chunks(SEGMENT) {
+            kept.extend_from_slice(&piece[..piece.len().min(snaplen)]);
+        }
+        Payload {
+            len: data.len(),
+            keep: snaplen,
+            kept: kept.into(),
+        }
+    }
+}
+
 /// Ethernet, IPv6 and TCP headers.
 const HEAD_MAX: usize = 14 + 40 + 20;
 
@@ -94,8 +159,10 @@ pub struct Frame<'a> {
     head_len: usize,
     /// The pseudo-header's share of the TCP checksum, not yet folded.
     pseudo: u64,
-    /// The payload.
+    /// The payload, or as much of it as the capture kept.
     pub payload: &'a [u8],
+    /// The whole payload's length.
+    payload_len: usize,
 }
 
 impl<'a> Frame<'a> {
@@ -154,6 +221,7 @@ impl<'a> Frame<'a> {
             head_len: tcp_at + 20,
             pseudo,
             payload,
+            payload_len: payload.len(),
         }
     }
 
@@ -164,13 +232,41 @@ impl<'a> Frame<'a> {
 
     /// Bytes in the whole frame.
     pub fn wire_len(&self) -> usize {
-        self.head_len + self.payload.len()
+        self.head_len + self.payload_len
+    }
+
+    /// Says the payload was `len` bytes, of which this frame holds the start: the
+    /// lengths in the IP header and the TCP pseudo-header follow.
+    fn set_payload_len(&mut self, len: usize) {
+        if len == self.payload_len {
+            return;
+        }
+        let tcp_len = 20 + len;
+        let ip = 14;
+        if self.head_len == 54 {
+            // IPv4: total length, then the header checksum again.
+            self.head[ip + 2..ip + 4].copy_from_slice(&((20 + tcp_len) as u16).to_be_bytes());
+            self.head[ip + 10..ip + 12].fill(0);
+            let sum = fold(sum(&self.head[ip..ip + 20]));
+            self.head[ip + 10..ip + 12].copy_from_slice(&sum.to_be_bytes());
+        } else {
+            self.head[ip + 4..ip + 6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+        }
+        // The pseudo-header's length word (a 16-bit word either way: IPv6's 32-bit
+        // length is below 2^16 here).
+        self.pseudo = self.pseudo - (20 + self.payload_len) as u64 + tcp_len as u64;
+        self.payload_len = len;
     }
 
     /// Fills in the TCP checksum, which covers the payload: the writer asks for it
     /// only when it keeps the whole frame, since a reader cannot verify a checksum
     /// over bytes a snap length cut off (the field stays 0 then).
     pub fn checksum(&mut self) {
+        debug_assert_eq!(
+            self.payload.len(),
+            self.payload_len,
+            "a checksum over a cut payload"
+        );
         let at = self.head_len - 20;
         self.head[at + 16..at + 18].fill(0);
         let sum = fold(self.pseudo + sum(&self.head[at..self.head_len]) + sum(self.payload));
@@ -266,6 +362,35 @@ mod tests {
         // seq of the data follows the SYN: isn + 1.
         assert_eq!(u32::from_be_bytes(tcp[4..8].try_into().unwrap()), 101);
         assert_eq!(u32::from_be_bytes(tcp[8..12].try_into().unwrap()), 901);
+    }
+
+    #[test]
+    fn an_excerpt_makes_the_frames_of_the_whole_cut_to_the_snap_length() {
+        let data: Vec<u8> = (0..2 * SEGMENT + 1000).map(|i| (i % 253) as u8).collect();
+        for (a, b) in [
+            ("127.0.0.1:40000", "127.0.0.1:80"),
+            ("[::1]:40000", "[::1]:80"),
+        ] {
+            let (a, b): (SocketAddr, SocketAddr) = (a.parse().unwrap(), b.parse().unwrap());
+            for n in [1, 100, SEGMENT, data.len()] {
+                let (mut whole, mut cut) = (Leg::new(a, b, [5, 6]), Leg::new(a, b, [5, 6]));
+                let excerpt = Payload::excerpt(&data[..n], 128);
+                assert!(excerpt.kept.len() <= 3 * 128, "{n}");
+                let full = whole.data(Peer::Initiator, &data[..n]);
+                let kept = cut.payload(Peer::Initiator, &excerpt.as_slice());
+                assert_eq!(full.len(), kept.len());
+                for (f, k) in full.iter().zip(&kept) {
+                    assert_eq!(f.wire_len(), k.wire_len());
+                    assert_eq!(f.head(), k.head(), "{n} bytes");
+                    assert_eq!(&f.payload[..f.payload.len().min(128)], k.payload);
+                }
+                // Both legs go on from the same sequence numbers.
+                assert_eq!(
+                    whole.fin(Peer::Initiator).head(),
+                    cut.fin(Peer::Initiator).head()
+                );
+            }
+        }
     }
 
     #[test]

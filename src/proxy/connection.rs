@@ -64,6 +64,7 @@ pub(super) async fn handle(
         context.on_upstream_error,
         relay::Evidence {
             tap: proxy.tap(),
+            snaplen: proxy.snaplen(),
             counters: Some(proxy.counters.clone()),
             notes: None,
         },

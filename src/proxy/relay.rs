@@ -35,6 +35,9 @@ pub struct Evidence {
     /// The capture, if one is on: every packet, with a comment naming the faults
     /// that acted on it.
     pub tap: Option<mpsc::Sender<Record>>,
+    /// Bytes the capture keeps of each packet (0: all): the unfaulted path copies
+    /// only those out of its buffer.
+    pub snaplen: usize,
     /// The proxy's counters: a fault counts a connection as hit the first time it
     /// acts on it.
     pub counters: Option<Arc<Counters>>,

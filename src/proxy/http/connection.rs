@@ -176,6 +176,7 @@ pub async fn handle(
     let notes = tap.as_ref().map(|_| Arc::new(Notes::default()));
     let evidence = Evidence {
         tap,
+        snaplen: proxy.snaplen(),
         counters: Some(proxy.counters.clone()),
         notes: notes.clone(),
     };

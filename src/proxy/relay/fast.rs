@@ -14,15 +14,20 @@ use super::{
     flow::{Flow, Which, tap},
     stream::{BUF, read_some},
 };
-use crate::capture::{self, Record};
+use crate::capture::{self, Record, tcp::Payload};
 
 impl<R: Source, W: Sink> Flow<'_, R, W> {
     /// The unfaulted path. Returns `None` when the fault list changed and the caller
     /// must sync, `Some` when the direction ended.
     pub(super) async fn fast(&mut self) -> Option<End> {
-        // A capture needs the bytes as a `Bytes` of their own: `read_some` hands a
-        // large read over uncopied, where `fast_tcp` would copy it out of its buffer.
-        if self.src.tcp().is_some() && self.dst.tcp().is_some() && self.tap.is_none() {
+        // A capture of whole packets needs the bytes as a `Bytes` of their own:
+        // `read_some` hands a large read over uncopied, where `fast_tcp` would copy
+        // it out of its buffer. One with a snap length takes a little of each
+        // segment, which `fast_tcp` copies out.
+        if self.src.tcp().is_some()
+            && self.dst.tcp().is_some()
+            && (self.tap.is_none() || self.snaplen > 0)
+        {
             self.fast_tcp().await
         } else {
             Box::pin(self.fast_any()).await
@@ -53,7 +58,7 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
                     if let Some(end) = self.write(&data).await {
                         return Some(end);
                     }
-                    self.tap_pass(data).await;
+                    self.tap_pass(Payload::whole(data)).await;
                 }
                 Err(_) => return Some(End::PeerReset(self.side(Which::Src))),
             }
@@ -70,15 +75,8 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
     }
 
     /// Records bytes that went through unchanged, if capturing.
-    async fn tap_pass(&mut self, data: Bytes) {
-        if self.tap.is_none() || data.is_empty() {
-            return;
-        }
-        if let Some(note) = self.written_note(None) {
-            let read = self.data_record(Which::Src, data.clone(), None);
-            tap(&self.tap, read).await;
-            let written = self.data_record(Which::Dst, data, Some(note));
-            tap(&self.tap, written).await;
+    async fn tap_pass(&mut self, data: Payload<Bytes>) {
+        if self.tap.is_none() || data.len == 0 {
             return;
         }
         let (read, written) = self.legs();
@@ -87,6 +85,7 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
             read,
             written,
             data,
+            note: self.written_note(None),
             at: capture::now(),
         };
         tap(&self.tap, Some(record)).await;
@@ -128,13 +127,13 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
                     return None;
                 };
                 let mut step = Fast::Again;
-                let tapping = self.tap.is_some();
+                let (tapping, snaplen) = (self.tap.is_some(), self.snaplen);
                 let mut copy = None;
                 let _ = src.try_io(Interest::READABLE, || {
                     BUF.with_borrow_mut(|buf| {
                         let n = nix::sys::socket::recv(src.as_raw_fd(), buf, MsgFlags::empty());
                         if let (true, Ok(n)) = (tapping, n) {
-                            copy = Some(Bytes::copy_from_slice(&buf[..n]));
+                            copy = Some(Payload::excerpt(&buf[..n], snaplen));
                         }
                         step = match n {
                             Ok(0) => Fast::Eof,

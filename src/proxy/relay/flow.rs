@@ -46,6 +46,8 @@ pub(super) struct Flow<'a, R, W> {
     /// The faults that acted on something this direction did, in the order they first did.
     pub(super) hit: Vec<String>,
     pub(super) tap: Option<mpsc::Sender<Record>>,
+    /// Bytes the capture keeps of each packet; 0 = all.
+    pub(super) snaplen: usize,
     counters: Option<Arc<Counters>>,
     /// HTTP mode's comments for bytes written to the client, when this direction
     /// writes to the client and a capture is on.
@@ -96,6 +98,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
                 0
             },
             tap,
+            snaplen: evidence.snaplen,
             counters: evidence.counters.clone(),
             notes: evidence
                 .notes
