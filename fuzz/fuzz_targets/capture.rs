@@ -13,7 +13,10 @@ use std::{
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use pcap_file::pcapng::{Block, PcapNgReader};
-use snag::capture::{Capture, Record, Settings, tcp::Peer};
+use snag::capture::{
+    Capture, Record, Settings,
+    tcp::{Payload, Peer},
+};
 
 /// The bytes of the input, read front to back; zeros once it runs out.
 struct Input<'a>(&'a [u8]);
@@ -142,7 +145,8 @@ fuzz_target!(|bytes: &[u8]| {
                         conn,
                         read: (leg, from),
                         written,
-                        data: Bytes::from(data),
+                        data: Payload::whole(Bytes::from(data)),
+                        note: None,
                         at,
                     }
                 }
