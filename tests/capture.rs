@@ -601,17 +601,7 @@ async fn a_snap_length_keeps_the_start_of_each_packet_and_every_length() {
         let addr: SocketAddr = row.split_whitespace().nth(1).unwrap().parse().unwrap();
         // Enough for reads of many segments each on the unfaulted path.
         let sent = pattern(300_000, 7);
-        let (mut r, mut w) = TcpStream::connect(addr).await.unwrap().into_split();
-        let writing = {
-            let sent = sent.clone();
-            tokio::spawn(async move {
-                w.write_all(&sent).await.unwrap();
-                w.shutdown().await.unwrap();
-            })
-        };
-        let mut back = Vec::new();
-        r.read_to_end(&mut back).await.unwrap();
-        writing.await.unwrap();
+        let back = common::round_trip(addr, &sent).await;
         assert_eq!(back, sent);
         interrupt(child).await;
 

@@ -12,29 +12,12 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
-/// Writes `data`, half-closes, and reads everything back until EOF.
-async fn round_trip(addr: std::net::SocketAddr, data: &[u8]) -> Vec<u8> {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut r, mut w) = stream.into_split();
-    let writer = {
-        let data = data.to_vec();
-        tokio::spawn(async move {
-            w.write_all(&data).await.unwrap();
-            w.shutdown().await.unwrap();
-        })
-    };
-    let mut got = Vec::new();
-    r.read_to_end(&mut got).await.unwrap();
-    writer.await.unwrap();
-    got
-}
-
 #[tokio::test]
 async fn passthrough_relays_every_byte_both_ways() {
     within(20, async {
         let (proxy, _) = spawn_proxy(echo_server().await, &[]).await;
         let data = pattern(8 << 20, 1);
-        assert!(round_trip(proxy, &data).await == data);
+        assert!(common::round_trip(proxy, &data).await == data);
     })
     .await;
 }
@@ -55,7 +38,7 @@ async fn client_half_close_still_gets_the_whole_answer() {
                 .unwrap();
         });
         let (proxy, _) = spawn_proxy(backend, &[]).await;
-        let answer = round_trip(proxy, &[7; 100_000]).await;
+        let answer = common::round_trip(proxy, &[7; 100_000]).await;
         assert_eq!(answer, b"got 100000 bytes");
     })
     .await;
@@ -226,7 +209,7 @@ proptest! {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let got = runtime.block_on(within(30, async {
             let (proxy, _) = common::serve(common::config("p", echo_server().await, &specs), RunContext::new(u64::from(seed))).await;
-            round_trip(proxy, &data).await
+            common::round_trip(proxy, &data).await
         }));
         prop_assert!(got == data, "chain {specs:?} changed {len} bytes");
     }

@@ -425,3 +425,21 @@ pub async fn start_balancer(
     ));
     (addr, balancer)
 }
+
+/// Writes `data`, half-closes, and reads everything back until EOF.
+pub async fn round_trip(addr: SocketAddr, data: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut r, mut w) = stream.into_split();
+    let writer = {
+        let data = data.to_vec();
+        tokio::spawn(async move {
+            w.write_all(&data).await.unwrap();
+            w.shutdown().await.unwrap();
+        })
+    };
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).await.unwrap();
+    writer.await.unwrap();
+    got
+}
