@@ -298,7 +298,7 @@ impl Output {
             } => self.data(
                 legs.get_mut(&(conn, leg)),
                 from,
-                &data,
+                &Payload::whole(&data[..]),
                 at,
                 note.as_deref(),
                 settings,
@@ -324,12 +324,8 @@ impl Output {
                 at,
             } => {
                 for ((leg, from), note) in [(read, None), (written, note.as_deref())] {
-                    let frames = legs
-                        .get_mut(&(conn, leg))
-                        .map(|l| l.payload(from, &data.as_slice()));
-                    for frame in frames.unwrap_or_default() {
-                        self.packet(frame, at, note, settings)?;
-                    }
+                    let leg = legs.get_mut(&(conn, leg));
+                    self.data(leg, from, &data.as_slice(), at, note, settings)?;
                 }
             }
             Record::Fin {
@@ -380,12 +376,12 @@ impl Output {
         &mut self,
         leg: Option<&mut Leg>,
         from: Peer,
-        data: &[u8],
+        data: &Payload<&[u8]>,
         at: Duration,
         note: Option<&str>,
         settings: &Settings,
     ) -> io::Result<()> {
-        for frame in leg.map(|l| l.data(from, data)).unwrap_or_default() {
+        for frame in leg.map(|l| l.payload(from, data)).unwrap_or_default() {
             self.packet(frame, at, note, settings)?;
         }
         Ok(())
