@@ -275,10 +275,10 @@ async fn respond(
     for id in &ids {
         proxy.counters().transaction(id);
     }
-    let response = match route.client.request(outbound).await {
+    let response = match route.request(outbound).await {
         Ok(r) => r,
         Err(err) => {
-            let mut why = crate::causes(&err);
+            let mut why = crate::causes(&*err);
             if route
                 .answered_http1
                 .load(std::sync::atomic::Ordering::Relaxed)
@@ -357,10 +357,29 @@ fn outbound(req: Request<Incoming>, route: &Route) -> Result<Request<Incoming>, 
         .headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let authority = host
-        .or_else(|| parts.uri.authority().map(|a| a.to_string()))
-        .unwrap_or_else(|| route.upstream.to_string());
+        .is_some();
+    let authority = || match parts
+        .headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(host) => host.to_string(),
+        None => parts
+            .uri
+            .authority()
+            .map_or_else(|| route.upstream.to_string(), |a| a.to_string()),
+    };
+    if route.origin_form() {
+        // HTTP/1.1 to the origin: the target as the client sent it (the pool puts
+        // an absolute one in origin form), the Host as it named it.
+        if !host && let Ok(host) = HeaderValue::from_str(&authority()) {
+            parts.headers.insert(header::HOST, host);
+        }
+        strip_hop_by_hop(&mut parts.headers);
+        parts.version = route.version;
+        return Ok(Request::from_parts(parts, body));
+    }
+    let authority = authority();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     parts.uri = format!("{}://{authority}{path}", route.scheme)
         .parse::<Uri>()

@@ -202,7 +202,7 @@ pub(super) fn raise_nofile() -> anyhow::Result<(u64, u64)> {
     Ok((soft, hard))
 }
 
-/// snag's idle connections to the HTTP backend: hyper's pool keeps them for 90 s,
+/// snag's idle connections to the HTTP backend: its pool keeps them for 90 s,
 /// and they are not a leak.
 pub(super) fn pooled_upstreams(http_backend: SocketAddr) -> u64 {
     crate::ports::sockets()

@@ -226,11 +226,51 @@ pub struct Seen {
     pub body: Vec<u8>,
 }
 
+/// The next HTTP/1.1 request on a connection (a Content-Length body, header names
+/// in lower case); `None` when it closes first.
+pub async fn read_request<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Option<Seen> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let mut line = String::new();
+    if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let (method, path) = (
+        parts.next().unwrap_or("").to_string(),
+        parts.next().unwrap_or("").to_string(),
+    );
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).await.unwrap_or(0) == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':').unwrap();
+        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .map_or(0, |(_, v)| v.parse().unwrap());
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).await.ok()?;
+    Some(Seen {
+        method,
+        path,
+        headers,
+        body,
+    })
+}
+
 /// A plain HTTP/1.1 backend written for the tests (keep-alive, Content-Length
 /// bodies): answers `body` (or, on /echo, the request's body) and records every
 /// request it received.
 pub async fn http_backend(body: &'static str) -> (SocketAddr, Arc<std::sync::Mutex<Vec<Seen>>>) {
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::{AsyncWriteExt, BufReader};
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -241,37 +281,13 @@ pub async fn http_backend(body: &'static str) -> (SocketAddr, Arc<std::sync::Mut
             tokio::spawn(async move {
                 let (r, mut w) = stream.into_split();
                 let mut r = BufReader::new(r);
-                loop {
-                    let mut line = String::new();
-                    if r.read_line(&mut line).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut parts = line.split_whitespace();
-                    let (method, path) = (
-                        parts.next().unwrap_or("").to_string(),
-                        parts.next().unwrap_or("").to_string(),
-                    );
-                    let mut headers = Vec::new();
-                    loop {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let h = h.trim_end();
-                        if h.is_empty() {
-                            break;
-                        }
-                        let (k, v) = h.split_once(':').unwrap();
-                        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-                    }
-                    let len: usize = headers
-                        .iter()
-                        .find(|(k, _)| k == "content-length")
-                        .map_or(0, |(_, v)| v.parse().unwrap());
-                    let mut got = vec![0; len];
-                    if r.read_exact(&mut got).await.is_err() {
-                        return;
-                    }
+                while let Some(Seen {
+                    method,
+                    path,
+                    headers,
+                    body: got,
+                }) = read_request(&mut r).await
+                {
                     let answer = if path.split('?').next() == Some("/echo") {
                         got.clone()
                     } else {

@@ -1,5 +1,9 @@
-//! HTTP mode's upstream leg: pooled keep-alive clients speaking HTTP/1.1, h2c or h2
-//! (with TLS and ALPN) to the proxy's upstream, each new connection captured.
+//! HTTP mode's upstream leg: pooled keep-alive connections speaking HTTP/1.1, h2c or
+//! h2 (with TLS and ALPN) to the proxy's upstream, each new connection captured.
+//! HTTP/1.1 goes through snag's own [`pool`], whose connections the exchanges drive;
+//! HTTP/2, and TLS where ALPN chooses, through hyper-util's client.
+
+mod pool;
 
 use std::{
     future::Future,
@@ -13,7 +17,11 @@ use std::{
     time::Duration,
 };
 
-use hyper::{Uri, Version, body::Incoming};
+use bytes::Bytes;
+use hyper::{
+    Request, Response, Uri, Version,
+    body::{Body, Frame, Incoming, SizeHint},
+};
 use hyper_util::{
     client::legacy::{
         Client,
@@ -48,10 +56,11 @@ pub struct Upstreams {
     current: Mutex<Option<(Arc<str>, Clients)>>,
 }
 
+use self::pool::{Driven, Pool};
+
 /// What to send one request through.
 pub struct Route {
-    /// The client.
-    pub client: Client1,
+    via: Via,
     /// The version the request goes with (HTTP/2 for h2c and h2; HTTP/1.1 otherwise,
     /// and also where ALPN may turn it into HTTP/2).
     pub version: Version,
@@ -63,12 +72,19 @@ pub struct Route {
     pub answered_http1: Arc<AtomicBool>,
 }
 
+/// A pool of connections driven by the exchanges, or a client with its own tasks.
+#[derive(Clone)]
+enum Via {
+    Pooled(Arc<Pool>),
+    Client(Box<Client1>),
+}
+
 #[derive(Clone)]
 struct Clients {
     /// HTTP/1.1, or what ALPN agrees when TLS is auto.
-    h1: Option<Client1>,
+    h1: Option<Via>,
     /// HTTP/2 only (h2c or h2).
-    h2: Option<Client1>,
+    h2: Option<Via>,
     answered_http1: Arc<AtomicBool>,
 }
 
@@ -118,7 +134,7 @@ impl Upstreams {
                 }
             }
         };
-        let (client, version) = match (clients.h1.clone(), clients.h2.clone()) {
+        let (via, version) = match (clients.h1, clients.h2) {
             (Some(h1), Some(h2)) => {
                 if version == Version::HTTP_2 {
                     (h2, Version::HTTP_2)
@@ -131,7 +147,7 @@ impl Upstreams {
             (None, None) => unreachable!("clients() makes at least one"),
         };
         Route {
-            client,
+            via,
             version,
             scheme: if self.tls.is_some() { "https" } else { "http" },
             upstream,
@@ -146,13 +162,17 @@ impl Upstreams {
             let sniff = h2_only.then(|| answered_http1.clone());
             let connector =
                 self.connector(proxy, upstream, protocol == UpstreamProtocol::H2, sniff);
+            if !h2_only && (protocol == UpstreamProtocol::H1 || self.tls.is_none()) {
+                // Always HTTP/1.1 on the wire: no ALPN can turn it into HTTP/2.
+                return Via::Pooled(Pool::new(connector));
+            }
             let mut builder = Client::builder(TokioExecutor::new());
             builder
                 .pool_idle_timeout(Duration::from_secs(90))
                 .pool_timer(TokioTimer::new())
                 .timer(TokioTimer::new())
                 .http2_only(h2_only);
-            builder.build(connector)
+            Via::Client(Box::new(builder.build(connector)))
         };
         match (protocol, self.tls.is_some()) {
             (UpstreamProtocol::H1, _) | (UpstreamProtocol::Auto, true) => Clients {
@@ -202,6 +222,62 @@ impl Upstreams {
             name: Arc::from(format!("{}/upstream", proxy.name)),
             next: Default::default(),
             sniff,
+        }
+    }
+}
+
+impl Route {
+    /// Whether the request goes with its target in origin form (`/path?query`), as
+    /// HTTP/1.1 to the origin; otherwise absolute, with scheme and authority.
+    pub fn origin_form(&self) -> bool {
+        matches!(self.via, Via::Pooled(_))
+    }
+
+    /// Sends `req` upstream; the response's body streams from the upstream.
+    pub async fn request(
+        &self,
+        req: Request<Incoming>,
+    ) -> Result<Response<UpstreamBody>, BoxError> {
+        match &self.via {
+            Via::Pooled(pool) => Ok(pool.send(req).await?.map(UpstreamBody::Pooled)),
+            Via::Client(client) => Ok(client.request(req).await?.map(UpstreamBody::Client)),
+        }
+    }
+}
+
+/// A response body from the upstream.
+pub enum UpstreamBody {
+    /// From a connection of snag's pool, which the body drives.
+    Pooled(Driven),
+    /// From hyper-util's client.
+    Client(Incoming),
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            UpstreamBody::Pooled(body) => Pin::new(body).poll_frame(cx),
+            UpstreamBody::Client(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Pooled(body) => body.is_end_stream(),
+            UpstreamBody::Client(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::Pooled(body) => body.size_hint(),
+            UpstreamBody::Client(body) => body.size_hint(),
         }
     }
 }

@@ -1,0 +1,211 @@
+//! HTTP mode's HTTP/1.1 upstream leg: keep-alive connections pooled and reused, more
+//! opened for concurrent requests, and none reused that the upstream closed or that
+//! a client left in the middle of a body. Observers: a backend that counts the
+//! connections it accepted and closed, curl, and `ss` for snag's sockets.
+
+mod common;
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use common::{curl, until, within};
+use snag::proxy::Mode;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt, BufReader},
+    net::{TcpListener, TcpStream},
+};
+
+/// What the backend counted.
+#[derive(Default)]
+struct Counts {
+    accepted: AtomicUsize,
+    /// Connections it closed itself (`/close` asks for it, after the answer).
+    closed: AtomicUsize,
+    requests: AtomicUsize,
+}
+
+/// An HTTP/1.1 backend: `/big` answers 1 MiB, `/slow` answers 300 ms late, `/close`
+/// answers and then closes the connection 50 ms later without saying so (as a
+/// keep-alive timeout does), `/empty` answers 204; anything else `ok`. HEAD gets
+/// the head only.
+async fn backend() -> (SocketAddr, Arc<Counts>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counts = Arc::new(Counts::default());
+    let seen = counts.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            seen.accepted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(answer(stream, seen.clone()));
+        }
+    });
+    (addr, counts)
+}
+
+async fn answer(stream: TcpStream, counts: Arc<Counts>) {
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    while let Some(request) = common::read_request(&mut r).await {
+        let (method, path) = (request.method, request.path);
+        counts.requests.fetch_add(1, Ordering::SeqCst);
+        if path == "/slow" {
+            // Slow on purpose: the behaviour under test is requests in flight together.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let (status, answer) = match path.as_str() {
+            "/big" => ("200 OK", vec![b'x'; 1 << 20]),
+            "/empty" => ("204 No Content", Vec::new()),
+            _ => ("200 OK", b"ok".to_vec()),
+        };
+        let mut head = format!("HTTP/1.1 {status}\r\n");
+        if status.starts_with("200") {
+            head.push_str(&format!("Content-Length: {}\r\n", answer.len()));
+        }
+        head.push_str("\r\n");
+        if w.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        if method != "HEAD" && w.write_all(&answer).await.is_err() {
+            return;
+        }
+        if path == "/close" {
+            // The keep-alive timeout, on purpose: a close nobody announced.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop((r, w));
+            counts.closed.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
+    }
+}
+
+async fn http_proxy(upstream: SocketAddr) -> SocketAddr {
+    let mut config = common::config("h", upstream, &[]);
+    config.mode = Mode::Http;
+    common::serve(config, snag::proxy::RunContext::new(1))
+        .await
+        .0
+}
+
+async fn get(proxy: SocketAddr, path: &str, extra: &[&str]) -> common::Curl {
+    curl(&format!("http://{proxy}{path}"), extra).await
+}
+
+/// snag's sockets to `backend` in `state`, as `ss` lists them.
+fn sockets_to(backend: SocketAddr, state: &str) -> usize {
+    let out = std::process::Command::new("ss")
+        .args(["-Htn", "state", state, "dst", &backend.to_string()])
+        .output()
+        .expect("ss is installed (iproute2)");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[tokio::test]
+async fn sequential_requests_share_one_upstream_connection_and_concurrent_ones_open_more() {
+    within(20, async {
+        let (backend, counts) = backend().await;
+        let proxy = http_proxy(backend).await;
+        // Each curl is a client connection of its own; the upstream leg is pooled.
+        for path in ["/", "/", "/empty", "/"] {
+            let got = get(proxy, path, &[]).await;
+            assert_eq!(got.exit, 0, "{}", got.stderr);
+        }
+        let head = get(proxy, "/big", &["-I"]).await;
+        assert_eq!((head.exit, head.status), (0, 200), "{}", head.stderr);
+        assert_eq!(counts.requests.load(Ordering::SeqCst), 5);
+        assert_eq!(
+            counts.accepted.load(Ordering::SeqCst),
+            1,
+            "one kept-alive connection"
+        );
+
+        let together: Vec<_> = (0..4)
+            .map(|_| tokio::spawn(async move { get(proxy, "/slow", &[]).await }))
+            .collect();
+        for got in together {
+            let got = got.await.unwrap();
+            assert_eq!((got.exit, got.status), (0, 200), "{}", got.stderr);
+        }
+        // One request per connection at a time: the idle one and three new ones.
+        assert_eq!(counts.accepted.load(Ordering::SeqCst), 4);
+        assert_eq!(get(proxy, "/", &[]).await.body, b"ok");
+        assert_eq!(counts.accepted.load(Ordering::SeqCst), 4, "all four kept");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_upstream_closing_an_idle_connection_costs_no_request_and_snag_closes_its_end() {
+    within(20, async {
+        let (backend, counts) = backend().await;
+        let proxy = http_proxy(backend).await;
+        for round in 1..=3 {
+            let got = get(proxy, "/close", &[]).await;
+            assert_eq!(
+                (got.exit, got.status),
+                (0, 200),
+                "round {round}: {}",
+                got.stderr
+            );
+            until(5, "the backend closed its connection", || {
+                counts.closed.load(Ordering::SeqCst) == round
+            })
+            .await;
+            // Nobody uses the connection now: snag sees the FIN and closes its end
+            // instead of leaving it in CLOSE-WAIT.
+            until(5, "snag closed its end", || {
+                sockets_to(backend, "close-wait") == 0
+            })
+            .await;
+        }
+        assert_eq!(
+            counts.accepted.load(Ordering::SeqCst),
+            3,
+            "none reused after its close"
+        );
+        assert_eq!(sockets_to(backend, "established"), 0);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_client_leaving_in_the_middle_of_a_body_closes_that_upstream_connection() {
+    within(20, async {
+        let (backend, counts) = backend().await;
+        let proxy = http_proxy(backend).await;
+        let mut client = TcpStream::connect(proxy).await.unwrap();
+        client
+            .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut first = [0; 4096];
+        let n = client.read(&mut first).await.unwrap();
+        assert!(
+            first[..n].starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&first[..n])
+        );
+        drop(client);
+        // The rest of that body is still on its way: the connection is not reusable.
+        let got = get(proxy, "/", &[]).await;
+        assert_eq!(
+            (got.exit, got.body.as_slice()),
+            (0, &b"ok"[..]),
+            "{}",
+            got.stderr
+        );
+        assert_eq!(counts.accepted.load(Ordering::SeqCst), 2);
+        let whole = get(proxy, "/big", &[]).await;
+        assert_eq!(whole.body.len(), 1 << 20, "{}", whole.stderr);
+        until(5, "the abandoned connection closed", || {
+            sockets_to(backend, "established") == 1
+        })
+        .await;
+    })
+    .await;
+}
