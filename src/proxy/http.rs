@@ -76,16 +76,20 @@ async fn exchange(
                 headers.get(name).and_then(|v| v.to_str().ok())
             })
     };
-    let requests = format!("{}/requests", proxy.name);
-    let faults: Vec<Arc<Fault>> = conn
-        .faults
-        .borrow()
-        .iter()
-        .filter(|f| {
-            f.kind.is_http() && f.scope.covers(class) && f.applies(proxy.seed(), &requests, number)
-        })
-        .cloned()
-        .collect();
+    let faults: Vec<Arc<Fault>> = {
+        let on = conn.faults.borrow();
+        // The name requests draw their toxicity under; most requests meet no fault.
+        let requests = (!on.is_empty()).then(|| format!("{}/requests", proxy.name));
+        let requests = requests.as_deref().unwrap_or_default();
+        on.iter()
+            .filter(|f| {
+                f.kind.is_http()
+                    && f.scope.covers(class)
+                    && f.applies(proxy.seed(), requests, number)
+            })
+            .cloned()
+            .collect()
+    };
     debug!(number, class = class.as_str(), path = %req.uri().path(), faults = faults.len(), "request");
     let counters = proxy.counters();
     let counted = if class == Scope::Probe {
@@ -305,7 +309,7 @@ async fn respond(
     let mut body: ReplyBody = body.map_err(Failure::Upstream).boxed();
     if let Some(instance) = parts
         .headers
-        .get("x-instance")
+        .get(&X_INSTANCE)
         .and_then(|v| v.to_str().ok())
     {
         let expected = proxy.config().instance.as_deref().unwrap_or(&proxy.name);
@@ -405,6 +409,20 @@ fn outbound(req: Request<Incoming>, route: &Route) -> Result<Request<Incoming>, 
     Ok(Request::from_parts(parts, body))
 }
 
+/// The header a self-naming backend answers with (snag's lab backends do).
+static X_INSTANCE: HeaderName = HeaderName::from_static("x-instance");
+
+/// Names, not strings: a string is parsed into a name on every removal.
+static HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
 /// Removes the headers that describe one hop (RFC 9110 §7.6.1), and those the
 /// Connection header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -418,15 +436,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ] {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
 }
