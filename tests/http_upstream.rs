@@ -209,3 +209,32 @@ async fn a_client_leaving_in_the_middle_of_a_body_closes_that_upstream_connectio
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_client_hanging_up_on_a_request_in_flight_ends_it() {
+    within(20, async {
+        let (backend, counts) = backend().await;
+        let mut config = common::config("h", backend, &["drop_request:scope=probe"]);
+        config.mode = Mode::Http;
+        let (proxy, snag) = common::serve(config, snag::proxy::RunContext::new(1)).await;
+        // The request is read in one short read; nothing more comes until the close,
+        // which must reach hyper as an event, not as a read it keeps trying.
+        let mut client = TcpStream::connect(proxy).await.unwrap();
+        client
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        until(5, "the probe arrived", || {
+            snag.counters().snapshot().requests.get("probe") == Some(&1)
+        })
+        .await;
+        assert_eq!(snag.counters().snapshot().probes_unanswered, 0);
+        drop(client);
+        until(5, "the probe ended unanswered", || {
+            snag.counters().snapshot().probes_unanswered == 1
+        })
+        .await;
+        assert_eq!(counts.requests.load(Ordering::SeqCst), 0, "never forwarded");
+    })
+    .await;
+}

@@ -307,11 +307,7 @@ async fn respond(
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let mut body: ReplyBody = body.map_err(Failure::Upstream).boxed();
-    if let Some(instance) = parts
-        .headers
-        .get(&X_INSTANCE)
-        .and_then(|v| v.to_str().ok())
-    {
+    if let Some(instance) = parts.headers.get(&X_INSTANCE).and_then(|v| v.to_str().ok()) {
         let expected = proxy.config().instance.as_deref().unwrap_or(&proxy.name);
         proxy.counters().instance(instance, expected);
     }

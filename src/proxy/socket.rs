@@ -205,12 +205,26 @@ impl AsyncRead for Shared {
         };
         loop {
             ready!(tcp.poll_read_ready(cx))?;
-            // Into the unfilled part as it is: zeroing it first would cost a memset
-            // of hyper's whole read buffer on every read.
-            match tcp.try_read_buf(buf) {
-                Ok(_) => return Poll::Ready(Ok(())),
+            let want = buf.remaining();
+            let mut read = false;
+            let outcome = tcp.try_io(tokio::io::Interest::READABLE, || {
+                // Into the unfilled part as it is: zeroing it first would cost a
+                // memset of hyper's whole read buffer on every read.
+                let n = tcp.try_read_buf(buf)?;
+                read = true;
+                if 0 < n && n < want {
+                    // A short read drained the socket: told WouldBlock, tokio waits
+                    // for the next edge instead of letting the next poll cost a read
+                    // that would only say EAGAIN (one per request, before).
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(())
+            });
+            match outcome {
+                _ if read => return Poll::Ready(Ok(())),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Poll::Ready(Err(e)),
+                Ok(()) => return Poll::Ready(Ok(())),
             }
         }
     }
