@@ -49,7 +49,9 @@ wait_port() { # port: wait up to 10 s for something to accept on it
     python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1),0.1)" 2>/dev/null && return 0
     sleep 0.1
   done
-  echo "bench: nothing listens on port $1 after 10 s" >&2; exit 1
+  echo "bench: nothing listens on port $1 after 10 s" >&2
+  cat "$work/snag.log" >&2 2>/dev/null
+  exit 1
 }
 
 snag="$root/target/release/snag"
@@ -117,7 +119,9 @@ declare -A port
 start_snag() { # target, then snag proxy's flags: a snag proxy in front of nginx
   local target=$1; shift
   port[$target]=$(free_port)
-  "$snag" proxy --listen "127.0.0.1:${port[$target]}" --upstream "127.0.0.1:$nginx_port" --seed 1 "$@" >/dev/null &
+  # Their log (the shutdown notice when the bench ends them) is shown only if one fails.
+  "$snag" proxy --listen "127.0.0.1:${port[$target]}" --upstream "127.0.0.1:$nginx_port" --seed 1 "$@" \
+    >/dev/null 2>>"$work/snag.log" &
   pids+=($!)
   pid_of[$target]=$!
 }
@@ -259,7 +263,7 @@ if [ "$allocators" = 1 ]; then
     alloc_names+=("$a")
     port[alloc_$a]=$(free_port)
     "$work/snag-$a" proxy --listen "127.0.0.1:${port[alloc_$a]}" --upstream "127.0.0.1:$nginx_port" --seed 1 \
-      --fault latency:latency=0 >/dev/null & pids+=($!)
+      --fault latency:latency=0 >/dev/null 2>>"$work/snag.log" & pids+=($!)
     pid_of[alloc_$a]=$!
     wait_port "${port[alloc_$a]}"
     printf '\ropen/close cycles with %s…' "$a" >&2
