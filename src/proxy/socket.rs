@@ -220,11 +220,13 @@ impl AsyncRead for Shared {
                 }
                 Ok(())
             });
-            match outcome {
-                _ if read => return Poll::Ready(Ok(())),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
-                Ok(()) => return Poll::Ready(Ok(())),
+            if read {
+                return Poll::Ready(Ok(()));
+            }
+            if let Err(e) = outcome
+                && e.kind() != io::ErrorKind::WouldBlock
+            {
+                return Poll::Ready(Err(e));
             }
         }
     }

@@ -93,20 +93,21 @@ impl Pool {
         if req.uri().scheme().is_some() {
             *req.uri_mut() = origin_form(req.uri());
         }
-        let (mut conn, reused) = match self.take().await {
+        let (mut conn, mut reused) = match self.take().await {
             Some(conn) => (conn, true),
             None => (self.connect().await?, false),
         };
-        match exchange(&mut conn, req).await {
-            Ok(response) => Ok(self.driven(conn, response)),
-            Err(mut err) => match err.take_message() {
-                Some(req) if reused => {
-                    let mut conn = self.connect().await?;
-                    let response = exchange(&mut conn, req).await.map_err(|e| e.into_error())?;
-                    Ok(self.driven(conn, response))
+        loop {
+            let mut err = match exchange(&mut conn, req).await {
+                Ok(response) => return Ok(self.driven(conn, response)),
+                Err(err) => err,
+            };
+            match err.take_message() {
+                Some(unsent) if reused => {
+                    (req, conn, reused) = (unsent, self.connect().await?, false);
                 }
-                _ => Err(err.into_error().into()),
-            },
+                _ => return Err(err.into_error().into()),
+            }
         }
     }
 
