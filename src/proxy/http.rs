@@ -7,6 +7,7 @@
 mod body;
 mod connection;
 mod frames;
+mod gated;
 mod goaway;
 mod hits;
 mod keepalive;

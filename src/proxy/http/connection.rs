@@ -13,7 +13,7 @@ use tokio::{net::TcpStream, sync::mpsc};
 use tokio_rustls::TlsAcceptor;
 use tracing::debug;
 
-use super::{exchange, frames, goaway, keepalive, upstream::Upstreams};
+use super::{exchange, frames, gated::Gated, goaway, keepalive, upstream::Upstreams};
 use crate::{
     capture::{
         self, CLIENT_LEG, Record,
@@ -353,9 +353,34 @@ where
     let mut drained = false;
     let mut closing = false;
     loop {
-        tokio::select! {
-            _ = h2conn.inject(&wire) => {}
-            _ = h2conn.closing(&wire, &watched_proxy) => {
+        // The waits beside hyper, polled only when one of them was woken: the
+        // socket wakes this task for every request, they fire once in a while.
+        let (watch_idle, seen_drain) = (!closing && !drained, drained);
+        let side = std::pin::pin!(async {
+            tokio::select! {
+                never = h2conn.inject(&wire) => match never {},
+                () = h2conn.closing(&wire, &watched_proxy) => Side::GoawayClose,
+                idle = keepalive.expired(), if watch_idle => Side::Idle(idle),
+                why = ended(&control, &watched, seen_drain, class) => Side::Stop(why),
+            }
+        });
+        let side = tokio::select! {
+            side = Gated::new(side) => side,
+            done = serving.as_mut() => {
+                if let Err(err) = done {
+                    if err.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse) {
+                        watched_proxy.counters().bad_request();
+                    }
+                    debug!(%err, "http connection ended");
+                }
+                if drained || closing {
+                    socket.close_lingering();
+                }
+                return;
+            }
+        };
+        match side {
+            Side::GoawayClose => {
                 // The streams are answered, but their last frames may still be in
                 // h2's buffers: let hyper write until nothing more leaves (at most
                 // 1 s), so the close cuts no answer short.
@@ -374,7 +399,7 @@ where
                 socket.close_lingering();
                 return;
             }
-            idle = keepalive.expired(), if !closing && !drained => {
+            Side::Idle(idle) => {
                 // An idle HTTP/1.1 connection closes at once (FIN).
                 closing = true;
                 watched_proxy.event(
@@ -383,44 +408,39 @@ where
                 );
                 serving.as_mut().graceful_shutdown();
             }
-            done = serving.as_mut() => {
-                if let Err(err) = done {
-                    if err.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse) {
-                        watched_proxy.counters().bad_request();
-                    }
-                    debug!(%err, "http connection ended");
+            Side::Stop(Stop::Drain) => {
+                // hyper closes idle HTTP/1.1 connections, marks responses in flight
+                // `Connection: close`, and sends HTTP/2 connections a GOAWAY (the
+                // two-step of RFC 9113 §6.8: first the maximum stream id, then
+                // after a PING the last stream it will process).
+                drained = true;
+                if h2.load(std::sync::atomic::Ordering::Relaxed) {
+                    watched_proxy.counters().goaway();
+                    watched_proxy.event("goaway", serde_json::json!({}));
                 }
-                if drained || closing {
-                    socket.close_lingering();
-                }
+                serving.as_mut().graceful_shutdown();
+            }
+            Side::Stop(Stop::Reset) => {
+                record_reset(&tap, &notes, "drain");
+                socket.reset_on_close();
+                debug!("http connection reset by a drain");
                 return;
             }
-            why = ended(&control, &watched, drained, class) => match why {
-                Stop::Drain => {
-                    // hyper closes idle HTTP/1.1 connections, marks responses in flight
-                    // `Connection: close`, and sends HTTP/2 connections a GOAWAY (the
-                    // two-step of RFC 9113 §6.8: first the maximum stream id, then
-                    // after a PING the last stream it will process).
-                    drained = true;
-                    if h2.load(std::sync::atomic::Ordering::Relaxed) {
-                        watched_proxy.counters().goaway();
-                        watched_proxy.event("goaway", serde_json::json!({}));
-                    }
-                    serving.as_mut().graceful_shutdown();
-                }
-                Stop::Reset => {
-                    record_reset(&tap, &notes, "drain");
-                    socket.reset_on_close();
-                    debug!("http connection reset by a drain");
-                    return;
-                }
-                Stop::Close => {
-                    debug!("http connection closed by snag");
-                    return;
-                }
-            },
+            Side::Stop(Stop::Close) => {
+                debug!("http connection closed by snag");
+                return;
+            }
         }
     }
+}
+
+/// What the waits beside hyper ask of a connection.
+enum Side {
+    /// A `goaway` fault has played out: close it.
+    GoawayClose,
+    /// Idle as long as an armed `keepalive_close` allows.
+    Idle(Duration),
+    Stop(Stop),
 }
 
 /// How long a connection a GOAWAY fault closes gets to write what hyper still

@@ -203,7 +203,10 @@ impl H2Conn {
 
     /// Writes snag's queued frames while hyper has nothing to write (a stream whose
     /// answer is slow to come). Never resolves.
-    pub(super) async fn inject<S: AsyncRead + AsyncWrite + Unpin>(&self, wire: &Wire<S>) {
+    pub(super) async fn inject<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        wire: &Wire<S>,
+    ) -> std::convert::Infallible {
         loop {
             let woken = self.queued.notified();
             if lock(&self.frames).injecting() && !wire.inject() {

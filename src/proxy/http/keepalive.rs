@@ -27,8 +27,12 @@ pub(super) struct InFlight<'a>(&'a Keepalive);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.0.changed.notify_one();
+        // The serving loop waits on `changed`: wake it only when this makes an
+        // armed connection idle, not once per request (each wake re-polls the
+        // whole connection).
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.armed().is_some() {
+            self.0.changed.notify_one();
+        }
     }
 }
 
@@ -36,12 +40,11 @@ impl Keepalive {
     /// A request arrived: any armed close is off. Returns its number on the
     /// connection (from 1) and the guard that ends it.
     pub(super) fn start(&self) -> (u64, InFlight<'_>) {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        *self
-            .armed
-            .lock()
-            .expect("no code panics holding the keep-alive") = None;
-        self.changed.notify_one();
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let disarmed = self.lock().take().is_some();
+        if disarmed {
+            self.changed.notify_one();
+        }
         (
             self.requests.fetch_add(1, Ordering::Relaxed) + 1,
             InFlight(self),
@@ -50,11 +53,18 @@ impl Keepalive {
 
     /// Close the connection if no request arrives within `idle` from now.
     pub(super) fn arm(&self, idle: Duration) {
-        *self
-            .armed
-            .lock()
-            .expect("no code panics holding the keep-alive") = Some((Instant::now(), idle));
+        *self.lock() = Some((Instant::now(), idle));
         self.changed.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Instant, Duration)>> {
+        self.armed
+            .lock()
+            .expect("no code panics holding the keep-alive")
+    }
+
+    fn armed(&self) -> Option<(Instant, Duration)> {
+        *self.lock()
     }
 
     /// Resolves once the connection has been idle as long as an armed close allows;
@@ -62,16 +72,12 @@ impl Keepalive {
     pub(super) async fn expired(&self) -> Duration {
         loop {
             let woken = self.changed.notified();
-            let armed = *self
-                .armed
-                .lock()
-                .expect("no code panics holding the keep-alive");
+            let armed = self.armed();
             match armed {
-                Some((since, idle)) if self.in_flight.load(Ordering::Relaxed) == 0 => {
+                Some((since, idle)) if self.in_flight.load(Ordering::SeqCst) == 0 => {
                     tokio::select! {
                         _ = tokio::time::sleep_until(since + idle) => {
-                            let still = *self.armed.lock().expect("no code panics holding the keep-alive");
-                            if still == armed && self.in_flight.load(Ordering::Relaxed) == 0 {
+                            if self.armed() == armed && self.in_flight.load(Ordering::SeqCst) == 0 {
                                 return idle;
                             }
                         }
@@ -117,5 +123,28 @@ mod tests {
             _ = k.expired() => panic!("expired after a new request disarmed it"),
             _ = tokio::time::sleep(Duration::from_secs(10)) => {}
         }
+    }
+
+    #[test]
+    fn requests_wake_the_serving_loop_only_when_a_close_is_armed() {
+        let k = Keepalive::default();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let woken = |k: &Keepalive, cx: &mut std::task::Context<'_>| {
+            let mut notified = std::pin::pin!(k.changed.notified());
+            notified.as_mut().enable();
+            notified.poll(cx).is_ready()
+        };
+        // Unarmed: a request's start and end wake nothing.
+        drop(k.start());
+        assert!(!woken(&k, &mut cx));
+        // Armed: its end, which leaves the connection idle, does.
+        let (_, guard) = k.start();
+        k.arm(Duration::from_secs(1));
+        assert!(woken(&k, &mut cx));
+        drop(guard);
+        assert!(woken(&k, &mut cx));
+        // And the next request, which disarms it.
+        let (_, _guard) = k.start();
+        assert!(woken(&k, &mut cx));
     }
 }
