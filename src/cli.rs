@@ -9,7 +9,8 @@ use clap::{Parser, Subcommand};
 
 pub use self::{
     lab::{
-        BackendArgs, BalancerArgs, CaseArgs, LoadArgs, PortsArgs, QueueBound, SoakArgs, WatchArgs,
+        BackendArgs, BalancerArgs, CaseArgs, LoadArgs, LoadCommand, PortsArgs, QueueBound,
+        SoakArgs, WatchArgs,
     },
     proxy::{CtlArgs, CtlCommand, DemoArgs, EvidenceArgs, ProxyArgs, RunArgs, ServeArgs},
 };

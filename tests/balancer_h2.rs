@@ -55,7 +55,7 @@ async fn posts(to: SocketAddr, n: u64, connections: usize) -> Report {
     plan.method = hyper::Method::POST;
     plan.body = bytes::Bytes::from_static(b"order");
     plan.txn_header = Some(hyper::header::HeaderName::from_static("x-request-id"));
-    load::run(plan, Shutdown::never(), |_| {}).await
+    load::run(plan, Shutdown::never(), |_| {}).await.report
 }
 
 #[tokio::test]

@@ -60,7 +60,7 @@ async fn plan(addr: SocketAddr, path: &str) -> Plan {
 }
 
 async fn load(plan: Plan) -> Report {
-    load::run(plan, Shutdown::never(), |_| {}).await
+    load::run(plan, Shutdown::never(), |_| {}).await.report
 }
 
 fn by_backend(report: &Report) -> BTreeMap<String, (u64, u64)> {

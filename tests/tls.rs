@@ -599,7 +599,7 @@ async fn snag_load_speaks_https_and_http2_by_alpn_and_checks_the_certificate() {
             p.tls = Some(snag::tls::client(&trust, alpn, None).unwrap());
             p
         };
-        let run = |p: Plan| load::run(p, Shutdown::never(), |_| {});
+        let run = async |p: Plan| load::run(p, Shutdown::never(), |_| {}).await.report;
 
         let h1 = run(plan(&[b"http/1.1"], trusting(&ca).unwrap())).await;
         assert_eq!((h1.sent, h1.ok), (10, 10), "{:?}", h1.errors_by_kind);

@@ -1,8 +1,11 @@
 //! The flags of the lab's and the cases' commands.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::PathBuf,
+    time::{Duration, SystemTime},
+};
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
 /// `snag soak`.
 #[derive(Debug, Args)]
@@ -216,9 +219,14 @@ pub struct BalancerArgs {
 
 /// `snag load`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct LoadArgs {
+    /// `snag load merge …` instead of a run.
+    #[command(subcommand)]
+    pub merge: Option<LoadCommand>,
     /// http://HOST:PORT/PATH or https://HOST:PORT/PATH
-    pub url: String,
+    #[arg(required = true)]
+    pub url: Option<String>,
     /// Closed loop: connections, each sending when its last answer is in.
     #[arg(short = 'c', long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub connections: u32,
@@ -303,6 +311,51 @@ pub struct LoadArgs {
     /// Makes transaction ids unique across runs; printed when not given.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Send this generator's share of the run: shard I of N (I from 0), or N alone
+    /// with I from $JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pods). Each
+    /// takes its part of the connections or the rate, of -n and of the sessions.
+    #[arg(long, value_name = "I/N", requires = "result")]
+    pub shard: Option<crate::lab::load::Shard>,
+    /// Begin at this wall-clock instant (RFC 3339, or seconds since the Unix epoch),
+    /// so that generators on several hosts start together without talking.
+    #[arg(long, value_name = "TIME", value_parser = wall_clock)]
+    pub start_at: Option<SystemTime>,
+    /// Write the result here for `snag load merge`: counts, per-second rows and
+    /// latency histograms (HdrHistogram V2), as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub result: Option<PathBuf>,
+    /// The host the result names; default: this machine's name.
+    #[arg(long, value_name = "NAME")]
+    pub host_name: Option<String>,
+}
+
+/// `snag load merge`.
+#[derive(Debug, Subcommand)]
+pub enum LoadCommand {
+    /// Merge generators' results (--result files of one run's shards) into the
+    /// report one generator would have printed, with each host's own port pool.
+    Merge {
+        /// The shards' result files.
+        #[arg(required = true)]
+        results: Vec<PathBuf>,
+        /// One JSON report instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// An instant as RFC 3339 (`2026-12-03T15:00:00Z`) or seconds since the Unix epoch.
+fn wall_clock(s: &str) -> Result<SystemTime, String> {
+    if let Ok(secs) = s.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs)
+            .map(|d| SystemTime::UNIX_EPOCH + d)
+            .map_err(|_| format!("{s:?}: seconds since the epoch must be 0 or more"));
+    }
+    humantime::parse_rfc3339_weak(s).map_err(|e| {
+        format!(
+            "{s:?}: {e}; expected RFC 3339 (2026-12-03T15:00:00Z) or seconds since the Unix epoch"
+        )
+    })
 }
 
 fn header_line(s: &str) -> Result<(hyper::header::HeaderName, hyper::header::HeaderValue), String> {

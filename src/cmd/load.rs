@@ -1,39 +1,129 @@
 //! `snag load` on the command line: the plan from flags, a row a second, the summary.
 
+use std::{path::PathBuf, time::SystemTime};
+
+use anyhow::Context;
 use bytes::Bytes;
 
 use crate::{
     UsageError,
-    cli::LoadArgs,
-    lab::load::{self as lab, Arrivals, Kind, Plan, Report, Row, Sessions, Shape, Target},
+    cli::{LoadArgs, LoadCommand},
+    lab::load::{
+        self as lab, Arrivals, Kind, Plan, Report, Row, Sessions, Shape, ShardResult, Target,
+    },
     shutdown::Shutdown,
 };
 
-/// Runs `snag load` until its plan is done or `shutdown`.
+/// Runs `snag load` until its plan is done or `shutdown`, or merges shards' results.
 pub async fn run(args: LoadArgs, shutdown: Shutdown) -> anyhow::Result<()> {
-    let json = args.json;
+    if let Some(LoadCommand::Merge { results, json }) = args.merge {
+        return merge(&results, json);
+    }
+    let (json, start_at, result) = (args.json, args.start_at, args.result.clone());
+    let host = args.host_name.clone().unwrap_or_else(host_name);
     let plan = plan(args).await?;
     if !json {
         say!("{}", describe(&plan));
+    }
+    if let Some(at) = start_at {
+        wait_until(at, json, &shutdown).await?;
+    }
+    let started_at_ms = unix_ms(SystemTime::now());
+    if !json {
         say!("{}", Row::header());
     }
-    let report = lab::run(plan, shutdown, |row| {
+    let finished = lab::run(plan, shutdown, |row| {
         if !json {
             say!("{}", row.line());
         }
     })
     .await;
+    if let Some(path) = result {
+        let result = finished.result(&host, started_at_ms);
+        std::fs::write(&path, serde_json::to_vec_pretty(&result)?)
+            .with_context(|| format!("writing the result to {}", path.display()))?;
+    }
     if json {
-        say!("{}", serde_json::to_string_pretty(&report)?);
+        say!("{}", serde_json::to_string_pretty(&finished.report)?);
     } else {
-        report.print();
+        finished.report.print();
     }
     Ok(())
 }
 
+/// `snag load merge`: the report of shards' results taken together.
+fn merge(paths: &[PathBuf], json: bool) -> anyhow::Result<()> {
+    let mut results = Vec::new();
+    for path in paths {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let result: ShardResult = serde_json::from_slice(&bytes).map_err(|e| {
+            UsageError(format!(
+                "{}: not a result of snag load --result ({e})",
+                path.display()
+            ))
+        })?;
+        results.push(result);
+    }
+    let report = lab::merge(results).map_err(UsageError)?;
+    if json {
+        say!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    say!(
+        "snag load merge: {} generators, {} {} loop",
+        report.hosts.len(),
+        report.target,
+        report.mode
+    );
+    say!("{}", Row::header());
+    for row in &report.rows {
+        say!("{}", row.line());
+    }
+    report.print();
+    Ok(())
+}
+
+/// Waits for the wall clock to reach `at`; one already past by more than a second
+/// is an error (shards meant to start together would not).
+async fn wait_until(at: SystemTime, json: bool, shutdown: &Shutdown) -> anyhow::Result<()> {
+    let now = SystemTime::now();
+    match at.duration_since(now) {
+        Ok(wait) => {
+            if !json {
+                say!("waiting {:.1} s for --start-at", wait.as_secs_f64());
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => Ok(()),
+                _ = shutdown.wait() => Err(anyhow::anyhow!("stopped before --start-at")),
+            }
+        }
+        Err(late) if late.duration() <= std::time::Duration::from_secs(1) => Ok(()),
+        Err(late) => Err(UsageError(format!(
+            "--start-at was {:.1} s ago: the other shards began without this one",
+            late.duration().as_secs_f64()
+        ))
+        .into()),
+    }
+}
+
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// This machine's name (a pod's, in Kubernetes).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
 async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {
     let usage = |why: String| anyhow::Error::from(UsageError(why));
-    let target = Target::resolve(&args.url).await.map_err(usage)?;
+    let url = args.url.clone().unwrap_or_default();
+    let target = Target::resolve(&url).await.map_err(usage)?;
     if let Some(watch) = args.watch
         && watch < args.duration
     {
@@ -75,8 +165,7 @@ async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {
     };
     if !target.tls && (args.cacert.is_some() || args.insecure) {
         return Err(usage(format!(
-            "--cacert and --insecure are for https:// targets; {} is in clear",
-            args.url
+            "--cacert and --insecure are for https:// targets; {url} is in clear"
         )));
     }
     let tls = if target.tls {
@@ -126,7 +215,12 @@ async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {
     });
     plan.max_inflight = args.max_inflight;
     plan.seed = seed;
-    Ok(plan)
+    match args.shard {
+        Some(shard) => plan
+            .sharded(shard)
+            .map_err(|e| usage(format!("--shard {shard}: {e}"))),
+        None => Ok(plan),
+    }
 }
 
 /// The run in one line, as it starts.
@@ -164,6 +258,9 @@ fn describe(plan: &Plan) -> String {
     }
     if plan.retries > 0 {
         line += &format!(", {} retries after {:?}", plan.retries, plan.retry_delay);
+    }
+    if plan.shard.count > 1 {
+        line += &format!(", shard {} (its share)", plan.shard);
     }
     line + &format!(" (seed {})", plan.seed)
 }
@@ -330,6 +427,10 @@ impl Report {
                 }
             );
         }
+        if !self.hosts.is_empty() {
+            self.print_hosts();
+            return;
+        }
         match &self.ports {
             Some(p) => say!(
                 "ports      towards {}: TIME_WAIT {} before, {} after (peak {}); in use peak {} of {} ({} left after)",
@@ -343,5 +444,49 @@ impl Report {
             ),
             None => say!("ports      could not read sockets on this system"),
         }
+    }
+
+    /// Each generator's own counts and port pool, in a merged report.
+    fn print_hosts(&self) {
+        say!(
+            "{:<16} {:>5} {:>9} {:>7} {:>9} {:>7} {:>22} {:>18} {:>10}",
+            "host",
+            "shard",
+            "ok",
+            "errors",
+            "generator",
+            "late ms",
+            "TIME_WAIT before/after",
+            "ports in use peak",
+            "left after"
+        );
+        for h in &self.hosts {
+            let (time_wait, in_use, left) = match &h.ports {
+                Some(p) => (
+                    format!(
+                        "{}/{} (peak {})",
+                        p.time_wait_before, p.time_wait_after, p.peak_time_wait
+                    ),
+                    format!("{} of {}", p.peak_in_use, p.pool),
+                    p.headroom_after.to_string(),
+                ),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
+            say!(
+                "{:<16} {:>5} {:>9} {:>7} {:>9} {:>7} {:>22} {:>18} {:>10}",
+                h.host,
+                h.shard,
+                h.ok,
+                h.errors,
+                h.generator_errors,
+                h.started_after_ms,
+                time_wait,
+                in_use,
+                left
+            );
+        }
+        say!(
+            "           (late ms: when each began after the first; ports: each host's own pool towards the target)"
+        );
     }
 }

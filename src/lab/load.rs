@@ -12,8 +12,10 @@
 //! classified by kind; a failure that belongs to the generator (ephemeral ports
 //! exhausted, too many requests in flight) is counted apart, never as the service's.
 
+mod merge;
 mod plan;
 mod report;
+mod shard;
 mod tally;
 
 use std::{
@@ -33,8 +35,10 @@ use tokio::{net::TcpStream, sync::Notify, time::Instant};
 
 use self::tally::{Outcome, Tally};
 pub use self::{
+    merge::{FORMAT, ShardResult, merge},
     plan::{Arrivals, Plan, Sessions, Shape, Target},
-    report::{Kind, Lag, Report, Row},
+    report::{Host, Kind, Lag, Report, Row},
+    shard::Shard,
 };
 use crate::shutdown::Shutdown;
 
@@ -91,19 +95,49 @@ impl Run {
         self.tally.lock().expect("no code panics holding the tally")
     }
 
-    /// Takes the next transaction number, or `None` once the plan's count is reached.
+    /// Takes the next transaction number (run-wide, when shards share the run), or
+    /// `None` once the plan's count is reached.
     fn next(&self) -> Option<u64> {
         let seq = self.issued.fetch_add(1, Relaxed);
         match self.plan.total() {
             Some(total) if seq >= total => None,
-            _ => Some(seq),
+            _ => Some(self.plan.shard.global(seq)),
+        }
+    }
+}
+
+/// A run that ended: its report, and its counts as a shard writes them.
+pub struct Finished {
+    /// What it measured.
+    pub report: Report,
+    tally: tally::Saved,
+    traffic: Duration,
+    shard: Shard,
+}
+
+impl Finished {
+    /// What a shard writes for the merge: `host` names where it ran, and its traffic
+    /// began at `started_at_ms` (since the Unix epoch).
+    pub fn result(&self, host: &str, started_at_ms: u64) -> ShardResult {
+        ShardResult {
+            format: FORMAT.to_string(),
+            host: host.to_string(),
+            shard: self.shard,
+            started_at_ms,
+            target: self.report.target.clone(),
+            open: self.report.mode == "open",
+            elapsed_s: self.report.elapsed_s,
+            traffic_s: self.traffic.as_secs_f64(),
+            unfinished: self.report.unfinished,
+            ports: self.report.ports.clone(),
+            tally: self.tally.clone(),
         }
     }
 }
 
 /// Runs `plan` until its traffic and watch windows are over or `shutdown`; `row` is
 /// called once a second with the second that just ended.
-pub async fn run(plan: Plan, shutdown: Shutdown, mut row: impl FnMut(&Row)) -> Report {
+pub async fn run(plan: Plan, shutdown: Shutdown, mut row: impl FnMut(&Row)) -> Finished {
     let ports_before = tally::ports(plan.target.addr);
     let run = Arc::new(Run {
         tally: Mutex::new(Tally::new(&plan)),
@@ -159,31 +193,41 @@ pub async fn run(plan: Plan, shutdown: Shutdown, mut row: impl FnMut(&Row)) -> R
     let traffic = traffic_end.unwrap_or(elapsed);
     let inflight = run.inflight.load(Relaxed);
     let tally = run.tally();
-    tally.report(
-        &run.plan,
+    let plan = &run.plan;
+    let report = tally.report(
+        &format!("http://{}{}", plan.target.host, plan.target.path),
+        matches!(plan.arrivals, Arrivals::Open { .. }),
         elapsed,
         traffic,
         inflight,
-        ports_before,
-        ports_after,
-    )
+        ports_before.zip(ports_after),
+    );
+    Finished {
+        report,
+        tally: tally.save(),
+        traffic,
+        shard: plan.shard,
+    }
 }
 
 /// Sends the plan's traffic; returns when its window or count is over.
 async fn arrivals(run: Arc<Run>) {
     match run.plan.arrivals.clone() {
         Arrivals::Closed { connections } => {
-            let workers = match &run.plan.sessions {
-                Some(sessions) => sessions.count as usize,
-                None => connections,
+            // With sessions, worker i is session i (of those this shard owns).
+            let workers: Vec<u64> = match &run.plan.sessions {
+                Some(sessions) => (0..sessions.count)
+                    .filter(|s| run.plan.shard.owns(*s))
+                    .collect(),
+                None => (0..connections as u64).collect(),
             };
-            let workers: Vec<_> = (0..workers)
+            let workers: Vec<_> = workers
+                .into_iter()
                 .map(|worker| {
                     let run = run.clone();
                     tokio::spawn(async move {
                         let mut slot = None;
-                        // With sessions, worker i is session i and sends its share.
-                        let session = run.plan.sessions.as_ref().map(|_| worker as u64);
+                        let session = run.plan.sessions.as_ref().map(|_| worker);
                         let quota = run.plan.sessions.as_ref().and_then(|s| s.per_session);
                         let mut sent = 0;
                         while !run.stop.load(Relaxed)

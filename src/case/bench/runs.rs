@@ -48,7 +48,8 @@ impl Bench {
                 errors,
             }));
         })
-        .await;
+        .await
+        .report;
         (self.on_progress)(None);
         self.report.runs.push(Run {
             label: label.into(),
@@ -62,9 +63,10 @@ impl Bench {
     pub async fn loads(&mut self, plans: Vec<(String, Plan)>) -> Vec<load::Report> {
         let started_s = self.now_s();
         let shutdown = self.shutdown.clone();
-        let runs = plans
-            .iter()
-            .map(|(_, plan)| load::run(plan.clone(), shutdown.clone(), |_| {}));
+        let runs = plans.iter().map(|(_, plan)| {
+            let (plan, shutdown) = (plan.clone(), shutdown.clone());
+            async move { load::run(plan, shutdown, |_| {}).await.report }
+        });
         let reports = futures_join(runs.collect()).await;
         for ((label, _), report) in plans.iter().zip(&reports) {
             self.report.runs.push(Run {

@@ -10,6 +10,8 @@ use hyper::{
 };
 use hyper_util::rt::TokioIo;
 
+use super::shard::Shard;
+
 /// Where requests go: `http://HOST:PORT/PATH` or `https://…`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Target {
@@ -213,6 +215,8 @@ pub struct Plan {
     pub max_inflight: u64,
     /// Makes transaction ids unique across runs.
     pub seed: u64,
+    /// This generator's share of the run, when several send it.
+    pub shard: Shard,
 }
 
 impl Plan {
@@ -240,7 +244,55 @@ impl Plan {
             watch: Duration::ZERO,
             max_inflight: 10_000,
             seed: 0,
+            shard: Shard::WHOLE,
         }
+    }
+
+    /// This plan as `shard` sends its share: its part of the connections (or, with
+    /// sessions, the sessions it owns), of the open-loop rate and of a count of
+    /// transactions. `Err` when the shard would have nothing to send.
+    pub fn sharded(mut self, shard: Shard) -> Result<Plan, String> {
+        let total = self.total();
+        let n = shard.count as f64;
+        match (&mut self.arrivals, &self.sessions) {
+            (Arrivals::Closed { .. }, Some(sessions)) if sessions.count < shard.count => {
+                return Err(format!(
+                    "{} sessions (one connection each) cannot be spread over {} shards",
+                    sessions.count, shard.count
+                ));
+            }
+            (Arrivals::Closed { .. }, Some(_)) => {}
+            (Arrivals::Closed { connections }, None) => {
+                let mine = shard.share(*connections as u64);
+                if mine == 0 {
+                    return Err(format!(
+                        "{connections} connections cannot be spread over {} shards",
+                        shard.count
+                    ));
+                }
+                *connections = mine as usize;
+            }
+            (Arrivals::Open { rate, shape }, _) => {
+                *rate /= n;
+                match shape {
+                    Some(Shape::Step { peak, .. }) => *peak /= n,
+                    Some(Shape::Ramp { low, high, .. }) => (*low, *high) = (*low / n, *high / n),
+                    None => {}
+                }
+            }
+        }
+        if let Some(total) = total {
+            let mine = shard.share(total);
+            if mine == 0 {
+                return Err(format!(
+                    "{total} transactions cannot be spread over {} shards",
+                    shard.count
+                ));
+            }
+            self.requests = Some(mine);
+        }
+        self.shard = shard;
+        Ok(self)
     }
 
     /// Transactions to send in all, if bounded by count.

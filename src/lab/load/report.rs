@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, fmt, io, net::SocketAddr};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a request failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -113,6 +113,37 @@ impl fmt::Display for Kind {
             Kind::Tls => f.write_str("tls"),
             Kind::Other => f.write_str("other"),
         }
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+
+    /// What `Display` wrote.
+    fn from_str(s: &str) -> Result<Kind, String> {
+        let bad = |_| format!("error kind {s:?}: bad code");
+        if let Some(c) = s.strip_prefix("http ") {
+            return c.parse().map(Kind::Status).map_err(bad);
+        }
+        if let Some(c) = s.strip_prefix("grpc ") {
+            return c.parse().map(Kind::Grpc).map_err(bad);
+        }
+        [
+            Kind::Timeout,
+            Kind::Refused,
+            Kind::Reset,
+            Kind::Closed,
+            Kind::Body,
+            Kind::BadBody,
+            Kind::Ports,
+            Kind::Descriptors,
+            Kind::Overload,
+            Kind::Tls,
+            Kind::Other,
+        ]
+        .into_iter()
+        .find(|k| k.to_string() == s)
+        .ok_or_else(|| format!("error kind {s:?}: not one snag counts"))
     }
 }
 
@@ -234,7 +265,7 @@ pub struct SessionReport {
 }
 
 /// The target's share of the ephemeral port pool, before, during and after.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Ports {
     /// The destination.
     pub dest: SocketAddr,
@@ -254,6 +285,25 @@ pub struct Ports {
     pub peak_time_wait: usize,
     /// Ports left after.
     pub headroom_after: i64,
+}
+
+/// One generator's host in a merged report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Host {
+    /// Its name.
+    pub host: String,
+    /// Its shard, `I/N`.
+    pub shard: String,
+    /// Successes it counted.
+    pub ok: u64,
+    /// Failures.
+    pub errors: u64,
+    /// Of those, the generator's own.
+    pub generator_errors: u64,
+    /// When it began, ms after the first shard did.
+    pub started_after_ms: u64,
+    /// Its port pool towards the target.
+    pub ports: Option<Ports>,
 }
 
 /// A whole run's figures.
@@ -301,6 +351,10 @@ pub struct Report {
     pub ports: Option<Ports>,
     /// Every second.
     pub rows: Vec<Row>,
+    /// Merged from several generators: each one's host, counts and port pool
+    /// (`ports` is then `None`: each host has a pool of its own).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<Host>,
 }
 
 impl Report {

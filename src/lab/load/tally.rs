@@ -12,6 +12,9 @@ use super::{
 };
 use crate::ports;
 
+mod saved;
+pub use saved::Saved;
+
 /// How one attempt ended.
 #[derive(Debug)]
 pub(super) struct Outcome {
@@ -60,7 +63,24 @@ struct Second {
     errors: BTreeMap<Kind, u64>,
     latency: Histogram<u64>,
     depth: Option<i64>,
-    ports: Option<ports::Destination>,
+    /// Sockets towards the target at the second's end: in TIME_WAIT, and in use.
+    time_wait: Option<usize>,
+    in_use: Option<usize>,
+}
+
+impl Second {
+    fn new() -> Second {
+        Second {
+            sent: 0,
+            retries: 0,
+            ok: 0,
+            errors: BTreeMap::new(),
+            latency: histogram(),
+            depth: None,
+            time_wait: None,
+            in_use: None,
+        }
+    }
 }
 
 fn histogram() -> Histogram<u64> {
@@ -115,15 +135,7 @@ impl Tally {
 
     fn at(&mut self, second: usize) -> &mut Second {
         while self.seconds.len() <= second {
-            self.seconds.push(Second {
-                sent: 0,
-                retries: 0,
-                ok: 0,
-                errors: BTreeMap::new(),
-                latency: histogram(),
-                depth: None,
-                ports: None,
-            });
+            self.seconds.push(Second::new());
         }
         &mut self.seconds[second]
     }
@@ -189,7 +201,8 @@ impl Tally {
     ) {
         let s = self.at(second);
         s.depth = depth;
-        s.ports = ports.cloned();
+        s.time_wait = ports.map(|p| p.time_wait);
+        s.in_use = ports.map(|p| p.ports_in_use);
     }
 
     /// Seconds with anything in them.
@@ -224,18 +237,20 @@ impl Tally {
             mean_ms: latency.map(|h| h.mean() / 1000.0),
             p99_ms: latency.map(|h| ms(h.value_at_quantile(0.99))),
             depth: s.depth,
-            time_wait: s.ports.as_ref().map(|p| p.time_wait),
+            time_wait: s.time_wait,
         }
     }
 
+    /// The report of a run of `target`, open or closed loop; `ends`: the port pool
+    /// towards it before and after, if sockets could be read.
     pub(super) fn report(
         &self,
-        plan: &Plan,
+        target: &str,
+        open: bool,
         elapsed: Duration,
         traffic: Duration,
         unfinished: u64,
-        before: Option<ports::Destination>,
-        after: Option<ports::Destination>,
+        ends: Option<(ports::Destination, ports::Destination)>,
     ) -> Report {
         let rows = (0..self.seconds.len()).map(|s| self.row(s)).collect();
         let mut backends: BTreeMap<String, (u64, u64)> = BTreeMap::new();
@@ -286,14 +301,11 @@ impl Tally {
         let h = &self.latency;
         let pct = |q: f64| (self.ok > 0).then(|| ms(h.value_at_quantile(q)));
         Report {
-            target: format!("http://{}{}", plan.target.host, plan.target.path),
-            mode: match plan.arrivals {
-                Arrivals::Closed { .. } => "closed",
-                Arrivals::Open { .. } => "open",
-            },
+            target: target.to_string(),
+            mode: if open { "open" } else { "closed" },
             elapsed_s: elapsed.as_secs_f64(),
-            offered: matches!(plan.arrivals, Arrivals::Open { .. })
-                .then(|| plan.offered(Duration::ZERO, plan.duration).round() as u64),
+            // The seconds' offers add up to the whole window's (Plan::offered).
+            offered: open.then(|| self.offered.iter().sum::<f64>().round() as u64),
             sent: self.sent,
             retries: self.retries,
             ok: self.ok,
@@ -303,8 +315,7 @@ impl Tally {
             unfinished,
             errors_by_kind: self.errors.clone(),
             requests_per_s: self.ok as f64 / traffic.as_secs_f64().max(1e-3),
-            send_lag_ms: Lag::of(&self.lag)
-                .filter(|_| matches!(plan.arrivals, Arrivals::Open { .. })),
+            send_lag_ms: Lag::of(&self.lag).filter(|_| open),
             latency_ms: Latency {
                 p50: pct(0.5),
                 p90: pct(0.9),
@@ -317,14 +328,14 @@ impl Tally {
             backends,
             disagreements,
             sessions,
-            ports: before.zip(after).map(|(before, after)| {
+            ports: ends.map(|(before, after)| {
                 let peak = self
                     .seconds
                     .iter()
-                    .filter_map(|s| s.ports.as_ref())
-                    .chain([&before, &after])
-                    .fold((0, 0), |(u, t), p| {
-                        (u.max(p.ports_in_use), t.max(p.time_wait))
+                    .map(|s| (s.in_use.unwrap_or(0), s.time_wait.unwrap_or(0)))
+                    .chain([&before, &after].map(|p| (p.ports_in_use, p.time_wait)))
+                    .fold((0, 0), |(u, t), (in_use, time_wait)| {
+                        (u.max(in_use), t.max(time_wait))
                     });
                 Ports {
                     dest: after.dest,
@@ -339,7 +350,57 @@ impl Tally {
                 }
             }),
             rows,
+            hosts: Vec::new(),
         }
+    }
+
+    /// Adds another generator's counts of the same run, second by second (their
+    /// seconds start together: `--start-at`). TIME_WAIT and ports in use add up
+    /// across hosts; a queue depth is the deepest either saw.
+    pub(super) fn merge(&mut self, other: Tally) {
+        let add = |a: &mut BTreeMap<Kind, u64>, b: &BTreeMap<Kind, u64>| {
+            for (k, n) in b {
+                *a.entry(*k).or_default() += n;
+            }
+        };
+        let sum = |a: Option<usize>, b: Option<usize>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        for (i, o) in other.seconds.into_iter().enumerate() {
+            let s = self.at(i);
+            s.sent += o.sent;
+            s.retries += o.retries;
+            s.ok += o.ok;
+            add(&mut s.errors, &o.errors);
+            s.latency.add(&o.latency).expect("histograms of one shape");
+            s.depth = s.depth.max(o.depth);
+            s.time_wait = sum(s.time_wait, o.time_wait);
+            s.in_use = sum(s.in_use, o.in_use);
+        }
+        if self.offered.len() < other.offered.len() {
+            self.offered.resize(other.offered.len(), 0.0);
+        }
+        for (a, b) in self.offered.iter_mut().zip(&other.offered) {
+            *a += b;
+        }
+        self.latency
+            .add(&other.latency)
+            .expect("histograms of one shape");
+        self.lag.add(&other.lag).expect("histograms of one shape");
+        add(&mut self.errors, &other.errors);
+        for (key, n) in other.answers {
+            *self.answers.entry(key).or_default() += n;
+        }
+        for (session, seen) in other.sessions {
+            let mine = self.sessions.entry(session).or_default();
+            for (backend, n) in seen {
+                *mine.entry(backend).or_default() += n;
+            }
+        }
+        self.sent += other.sent;
+        self.retries += other.retries;
+        self.ok += other.ok;
     }
 }
 
@@ -376,7 +437,8 @@ mod tests {
 
     fn lag_of(tally: &Tally, plan: &Plan) -> Option<Lag> {
         let d = Duration::from_secs(1);
-        tally.report(plan, d, d, 0, None, None).send_lag_ms
+        let open = matches!(plan.arrivals, Arrivals::Open { .. });
+        tally.report("http://a/", open, d, d, 0, None).send_lag_ms
     }
 
     #[test]
@@ -410,5 +472,85 @@ mod tests {
         let t0 = Instant::now();
         tally.left(t0, t0 + Duration::from_millis(50));
         assert!(lag_of(&tally, &plan).is_none());
+    }
+
+    #[test]
+    fn tallies_saved_read_back_and_merged_count_as_one_that_saw_everything() {
+        let plan = plan(true);
+        let (mut whole, mut a, mut b) = (Tally::new(&plan), Tally::new(&plan), Tally::new(&plan));
+        let dest = |time_wait| ports::Destination {
+            dest: "127.0.0.1:1".parse().unwrap(),
+            ports_in_use: time_wait + 1,
+            time_wait,
+            headroom: 100,
+            used_percent: 1.0,
+        };
+        for i in 0..300u64 {
+            let second = (i % 3) as usize;
+            let intended = Instant::now() - Duration::from_millis(i % 40);
+            let outcome = || match i % 5 {
+                0 => Outcome::failed(Kind::Status(503)),
+                1 => Outcome::failed(Kind::Ports),
+                _ => Outcome::failed(Kind::Reset).named(None, None),
+            };
+            let ok = || Outcome {
+                error: None,
+                backend: Some(format!("b{}", i % 2)),
+                instance: Some(format!("b{}", i % 2)),
+            };
+            for t in [&mut whole, if i % 2 == 0 { &mut a } else { &mut b }] {
+                t.sent(second, i % 7 == 0);
+                t.left(intended, intended + Duration::from_micros(100 + i));
+                let o = if i % 3 == 0 { outcome() } else { ok() };
+                t.outcome(second, intended, o, Some(i % 4));
+            }
+        }
+        a.observe(1, Some(3), Some(&dest(10)));
+        b.observe(1, Some(5), Some(&dest(20)));
+        // Through the JSON a shard writes, and back.
+        let through = |t: &Tally| {
+            let text = serde_json::to_string(&t.save()).unwrap();
+            Tally::restore(&serde_json::from_str(&text).unwrap()).unwrap()
+        };
+        let mut merged = through(&a);
+        merged.merge(through(&b));
+        let d = Duration::from_secs(1);
+        let (m, w) = (
+            merged.report("t", true, d, d, 0, None),
+            whole.report("t", true, d, d, 0, None),
+        );
+        assert_eq!(
+            (m.sent, m.ok, m.errors, m.retries),
+            (w.sent, w.ok, w.errors, w.retries)
+        );
+        assert_eq!(m.errors_by_kind, w.errors_by_kind);
+        assert_eq!(m.generator_errors, w.generator_errors);
+        assert_eq!(m.offered, Some(200), "each shard's offer adds up");
+        let shares = |r: &Report| {
+            r.backends
+                .iter()
+                .map(|s| (s.name.clone(), s.by_backend))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shares(&m), shares(&w));
+        assert_eq!(merged.sessions, whole.sessions);
+        assert_eq!(merged.latency.len(), whole.latency.len());
+        assert_eq!(merged.lag.max(), whole.lag.max());
+        for s in 0..3 {
+            let (rm, rw) = (merged.row(s), whole.row(s));
+            assert_eq!(
+                (rm.sent, rm.ok, &rm.errors),
+                (rw.sent, rw.ok, &rw.errors),
+                "second {s}"
+            );
+        }
+        // Each host's sockets add up; the deepest queue is the one seen.
+        let row = merged.row(1);
+        assert_eq!((row.time_wait, row.depth), (Some(30), Some(5)));
+        // A histogram that is not one says so.
+        let mut saved = a.save();
+        saved.latency = "not base64!".into();
+        let err = Tally::restore(&saved).err().unwrap();
+        assert!(err.contains("latency: histogram: not base64"), "{err}");
     }
 }

@@ -1,0 +1,136 @@
+//! What a shard writes when its run ends, and the merge of several: the report one
+//! generator would have printed, plus each host's own port pool.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    report::{Host, Ports, Report},
+    shard::Shard,
+    tally::{Saved, Tally},
+};
+
+/// What a generator writes with `--result`: enough to merge it with the others.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShardResult {
+    /// [`FORMAT`].
+    pub format: String,
+    /// The host it ran on.
+    pub host: String,
+    /// Its share.
+    pub shard: Shard,
+    /// When its traffic began, ms since the Unix epoch.
+    pub started_at_ms: u64,
+    /// The URL.
+    pub target: String,
+    /// Open loop (or closed).
+    pub open: bool,
+    /// How long its run took, traffic and watch, s.
+    pub elapsed_s: f64,
+    /// How long it sent traffic, s.
+    pub traffic_s: f64,
+    /// Transactions in flight when it ended.
+    pub unfinished: u64,
+    /// Its own host's port pool towards the target.
+    pub ports: Option<Ports>,
+    /// Its counts and histograms.
+    pub tally: Saved,
+}
+
+/// The `format` of a result this version writes and reads.
+pub const FORMAT: &str = "snag-load-result/1";
+
+/// The report of `results` taken together. `Err` says which result does not
+/// belong with the others, or which shard is missing.
+pub fn merge(results: Vec<ShardResult>) -> Result<Report, String> {
+    let first = results.first().ok_or("no results to merge")?;
+    let (target, open, count) = (first.target.clone(), first.open, first.shard.count);
+    let mut seen = BTreeMap::new();
+    for r in &results {
+        if r.format != FORMAT {
+            return Err(format!(
+                "shard {} on {}: format {:?}, this snag reads {FORMAT:?}",
+                r.shard, r.host, r.format
+            ));
+        }
+        if r.target != target || r.open != open || r.shard.count != count {
+            return Err(format!(
+                "shard {} on {} ran {} ({} loop, {} shards), shard {} on {} ran {} ({} loop, {} shards): not one run",
+                first.shard,
+                first.host,
+                target,
+                if open { "open" } else { "closed" },
+                count,
+                r.shard,
+                r.host,
+                r.target,
+                if r.open { "open" } else { "closed" },
+                r.shard.count
+            ));
+        }
+        if let Some(host) = seen.insert(r.shard.index, &r.host) {
+            return Err(format!(
+                "shard {} is there twice (from {host} and {})",
+                r.shard, r.host
+            ));
+        }
+    }
+    let missing: Vec<String> = (0..count)
+        .filter(|i| !seen.contains_key(i))
+        .map(|i| format!("{i}/{count}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("shard {} missing", missing.join(", ")));
+    }
+    let start = results.iter().map(|r| r.started_at_ms).min().unwrap_or(0);
+    let mut whole: Option<Tally> = None;
+    let mut hosts = Vec::new();
+    for r in &results {
+        let tally = Tally::restore(&r.tally)
+            .map_err(|e| format!("shard {} on {}: {e}", r.shard, r.host))?;
+        let own = tally.report(
+            &target,
+            open,
+            secs(r.elapsed_s),
+            secs(r.traffic_s),
+            r.unfinished,
+            None,
+        );
+        hosts.push(Host {
+            host: r.host.clone(),
+            shard: r.shard.to_string(),
+            ok: own.ok,
+            errors: own.errors,
+            generator_errors: own.generator_errors,
+            started_after_ms: r.started_at_ms - start,
+            ports: r.ports.clone(),
+        });
+        match &mut whole {
+            Some(whole) => whole.merge(tally),
+            None => whole = Some(tally),
+        }
+    }
+    let whole = whole.expect("at least one result");
+    let longest = |f: fn(&ShardResult) -> f64| secs(results.iter().map(f).fold(0.0, f64::max));
+    let mut report = whole.report(
+        &target,
+        open,
+        longest(|r| r.elapsed_s),
+        longest(|r| r.traffic_s),
+        results.iter().map(|r| r.unfinished).sum(),
+        None,
+    );
+    hosts.sort_by_key(|h| {
+        h.shard
+            .split('/')
+            .next()
+            .and_then(|i| i.parse::<u64>().ok())
+    });
+    report.hosts = hosts;
+    Ok(report)
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or_default()
+}

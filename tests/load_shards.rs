@@ -1,0 +1,254 @@
+//! `snag load --shard I/N` on several generators and `snag load merge`: shards
+//! start together, split the work without overlapping, and the merge reports what
+//! one generator would have, with each host's own port pool.
+
+mod common;
+
+use std::{collections::HashSet, path::Path, time::SystemTime};
+
+use common::{
+    http_backend,
+    process::{Process, snag},
+};
+
+/// A directory of the test's own, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("snag-test-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn json_of(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Two seconds from now, as seconds since the epoch.
+fn soon() -> String {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap();
+    format!("{:.3}", now.as_secs_f64() + 2.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shards_split_the_work_and_merge_into_one_report() {
+    let (backend, seen) = http_backend("hello").await;
+    let url = format!("http://{backend}/x");
+    let dir = Scratch::new("shards");
+    let start = soon();
+    let shard = |i: usize| {
+        let result = dir.path().join(format!("shard{i}.json"));
+        let mut command = snag(&[
+            "load",
+            &url,
+            "-c",
+            "3",
+            "-n",
+            "301",
+            "-d",
+            "30s",
+            "--sessions",
+            "8",
+            "--txn-header",
+            "x-txn",
+            "--seed",
+            "7",
+            "--shard",
+            &format!("{i}/2"),
+            "--start-at",
+            &start,
+            "--host-name",
+            &format!("gen{i}"),
+            "--result",
+            result.to_str().unwrap(),
+        ]);
+        command.env_remove("JOB_COMPLETION_INDEX");
+        (Process::run(command, 60), result)
+    };
+    let ((a, first), (b, second)) = (shard(0), shard(1));
+    let ((code_a, out_a), (code_b, out_b)) = tokio::join!(a, b);
+    assert_eq!((code_a, code_b), (0, 0), "{out_a}\n{out_b}");
+    assert!(out_a.contains("shard 0/2 (its share)"), "{out_a}");
+
+    // Each sent its share of -n, on transaction ids the other never used.
+    let (ra, rb) = (json_of(&first), json_of(&second));
+    assert_eq!(ra["format"], "snag-load-result/1");
+    assert_eq!(
+        (ra["shard"]["index"].as_u64(), rb["shard"]["index"].as_u64()),
+        (Some(0), Some(1))
+    );
+    let ok = |r: &serde_json::Value| r["tally"]["ok"].as_u64().unwrap();
+    assert_eq!((ok(&ra), ok(&rb)), (150, 151));
+    let seen = seen.lock().unwrap().clone();
+    let ids: HashSet<&str> = seen
+        .iter()
+        .filter_map(|s| s.headers.iter().find(|(k, _)| k == "x-txn"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!((seen.len(), ids.len()), (301, 301));
+    // Sessions: the shards' four each make the eight.
+    let keys: HashSet<&str> = seen
+        .iter()
+        .filter_map(|s| s.headers.iter().find(|(k, _)| k == "x-session"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(keys.len(), 8, "{keys:?}");
+
+    // They began at the instant asked, within a second of each other.
+    let began = |r: &serde_json::Value| r["started_at_ms"].as_u64().unwrap() as i64;
+    assert!((began(&ra) - began(&rb)).abs() < 1000, "{ra} {rb}");
+    let asked = (start.parse::<f64>().unwrap() * 1000.0) as i64;
+    assert!(began(&ra) >= asked && began(&rb) >= asked);
+
+    // The merge: totals are the sums, rows add up to them, each host has its own line.
+    let (a, b) = (first.to_str().unwrap(), second.to_str().unwrap());
+    let merge = async |extra: &[&str]| {
+        let args = [&["load", "merge", a, b][..], extra].concat();
+        Process::run(snag(&args), 30).await
+    };
+    let (code, out) = merge(&["--json"]).await;
+    assert_eq!(code, 0, "{out}");
+    let merged: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(merged["ok"], 301);
+    assert_eq!(merged["sent"], 301);
+    assert_eq!(merged["errors"], 0);
+    let row_ok: u64 = merged["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["ok"].as_u64().unwrap())
+        .sum();
+    assert_eq!(row_ok, 301);
+    let hosts = merged["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 2);
+    assert_eq!(
+        (hosts[0]["host"].as_str(), hosts[0]["ok"].as_u64()),
+        (Some("gen0"), Some(150))
+    );
+    assert_eq!(
+        (hosts[1]["host"].as_str(), hosts[1]["ok"].as_u64()),
+        (Some("gen1"), Some(151))
+    );
+    assert!(hosts[0]["ports"]["pool"].as_u64().unwrap() > 0, "{merged}");
+    let latency = &merged["latency_ms"];
+    let (p99, max) = (
+        latency["p99"].as_f64().unwrap(),
+        latency["max"].as_f64().unwrap(),
+    );
+    assert!(p99 > 0.0 && p99 <= max, "{latency}");
+
+    // And for people: the rows, then each host with its pool.
+    let (code, out) = merge(&[]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("snag load merge: 2 generators"), "{out}");
+    assert!(out.contains("ok 301"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("gen1 ")), "{out}");
+
+    // A shard missing, or one from another run, is refused saying which.
+    let (code, stderr) = {
+        let (code, _, stderr) =
+            common::process::output(&["load", "merge", first.to_str().unwrap()]);
+        (code, stderr)
+    };
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("shard 1/2 missing"), "{stderr}");
+    let (code, _, stderr) = common::process::output(&[
+        "load",
+        "merge",
+        first.to_str().unwrap(),
+        first.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("is there twice"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_pod_of_an_indexed_job_takes_its_index_from_kubernetes() {
+    let (backend, _) = http_backend("hello").await;
+    let url = format!("http://{backend}/");
+    let dir = Scratch::new("indexed-job");
+    let result = dir.path().join("r.json");
+    let mut command = snag(&[
+        "load",
+        &url,
+        "-c",
+        "4",
+        "-n",
+        "10",
+        "--shard",
+        "3",
+        "--result",
+        result.to_str().unwrap(),
+    ]);
+    command.env("JOB_COMPLETION_INDEX", "2");
+    let (code, out) = Process::run(command, 30).await;
+    assert_eq!(code, 0, "{out}");
+    let r = json_of(&result);
+    assert_eq!(
+        (r["shard"]["index"].as_u64(), r["shard"]["count"].as_u64()),
+        (Some(2), Some(3))
+    );
+    // 10 over 3 shards: the third sends 4 (3, 3, 4).
+    assert_eq!(r["tally"]["ok"], 4);
+}
+
+#[test]
+fn bad_shard_flags_say_which_and_why() {
+    for (args, why) in [
+        (
+            &[
+                "load",
+                "http://127.0.0.1:1/",
+                "--shard",
+                "2/2",
+                "--result",
+                "/nonexistent/r.json",
+            ][..],
+            "below the count",
+        ),
+        (
+            &["load", "http://127.0.0.1:1/", "--shard", "1/2"],
+            "--result",
+        ),
+        (
+            &[
+                "load",
+                "http://127.0.0.1:1/",
+                "-c",
+                "1",
+                "--shard",
+                "0/2",
+                "--result",
+                "/nonexistent/r.json",
+            ],
+            "1 connections cannot be spread over 2 shards",
+        ),
+        (
+            &["load", "http://127.0.0.1:1/", "--start-at", "tomorrow"],
+            "expected RFC 3339",
+        ),
+        (
+            &["load", "http://127.0.0.1:1/", "--start-at", "1000"],
+            "--start-at was",
+        ),
+        (&["load", "merge"], "<RESULTS>"),
+    ] {
+        let (code, _, stderr) = common::process::output(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+    }
+}
