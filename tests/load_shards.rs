@@ -252,3 +252,132 @@ fn bad_shard_flags_say_which_and_why() {
         assert!(stderr.contains(why), "{args:?}: {stderr}");
     }
 }
+
+/// Three hosts made of network namespaces of the test's own (a service and two
+/// generators, each with ten ephemeral ports and no TIME_WAIT reuse), and a third
+/// generator alone for comparison: one host runs out of ports after ten
+/// connections, two run out after ten each, and the merge says so host by host.
+#[test]
+fn two_generator_hosts_have_a_port_pool_each() {
+    let tag = format!("snag-test-{}", std::process::id());
+    let ns: Vec<String> = ["srv", "g0", "g1", "g2"]
+        .iter()
+        .map(|n| format!("{tag}-{n}"))
+        .collect();
+    struct Cleanup(Vec<String>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for ns in &self.0 {
+                let _ = std::process::Command::new("ip")
+                    .args(["netns", "delete", ns])
+                    .status();
+            }
+        }
+    }
+    let _cleanup = Cleanup(ns.clone());
+    for n in &ns {
+        let made = std::process::Command::new("ip")
+            .args(["netns", "add", n])
+            .status()
+            .expect("`ip` runs (iproute2; scripts/install-deps.sh installs it)");
+        assert!(made.success(), "creating a network namespace needs root");
+    }
+    let dir = Scratch::new("hosts");
+    let snag = env!("CARGO_BIN_EXE_snag");
+    let (srv, out) = (&ns[0], dir.path().display());
+    // The service at 10.213.0.1 in `srv`, generator host i at 10.213.(i+1).2 behind
+    // a veth pair of its own. The backend binds and prints `listening`; the script
+    // waits for that line (bounded) before any load.
+    let script = format!(
+        r#"set -e
+ip -n {srv} link set lo up
+ip -n {srv} addr add 10.213.0.1/32 dev lo
+i=0
+for g in {g0} {g1} {g2}; do
+  i=$((i + 1))
+  ip -n {srv} link add v$i type veth peer name uplink netns $g
+  ip -n {srv} addr add 10.213.$i.1/30 dev v$i
+  ip -n {srv} link set v$i up
+  ip -n $g link set lo up
+  ip -n $g addr add 10.213.$i.2/30 dev uplink
+  ip -n $g link set uplink up
+  ip -n $g route add 10.213.0.1/32 via 10.213.$i.1
+  ip netns exec $g sysctl -qw net.ipv4.ip_local_port_range="40000 40009" net.ipv4.tcp_tw_reuse=0
+done
+ip netns exec {srv} {snag} backend --id a --listen 10.213.0.1:8080 > {out}/backend.out &
+pid=$!
+trap 'kill $pid' EXIT
+for _ in $(seq 500); do grep -q listening {out}/backend.out && break; sleep 0.01; done
+url=http://10.213.0.1:8080/
+at=$(( $(date +%s) + 2 ))
+shards=""
+for s in 0 1; do
+  g={g0}; [ $s = 1 ] && g={g1}
+  ip netns exec $g {snag} load $url -c 2 -n 30 --new-connection --shard $s/2 --start-at $at \
+    --host-name host$s --result {out}/shard$s.json --json > /dev/null &
+  shards="$shards $!"
+done
+ip netns exec {g2} {snag} load $url -c 2 -n 30 --new-connection --json > {out}/alone.json
+for p in $shards; do wait $p; done
+{snag} load merge {out}/shard0.json {out}/shard1.json --json > {out}/merged.json
+{snag} load merge {out}/shard0.json {out}/shard1.json"#,
+        g0 = ns[1],
+        g1 = ns[2],
+        g2 = ns[3],
+    );
+    let run = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let alone = json_of(&dir.path().join("alone.json"));
+    let merged = json_of(&dir.path().join("merged.json"));
+    let ports = |r: &serde_json::Value| r["errors_by_kind"]["ports exhausted (generator)"].clone();
+    // One host: ten ports, ten connections, then none.
+    assert_eq!(
+        (alone["ok"].as_u64(), ports(&alone).as_u64()),
+        (Some(10), Some(20)),
+        "{alone:#}"
+    );
+    // Two hosts: ten each, and the totals are the sums of theirs.
+    assert_eq!(
+        (merged["ok"].as_u64(), ports(&merged).as_u64()),
+        (Some(20), Some(10)),
+        "{merged:#}"
+    );
+    assert_eq!(merged["service_errors"], 0);
+    let hosts = merged["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 2);
+    for (i, h) in hosts.iter().enumerate() {
+        assert_eq!(h["host"], format!("host{i}"));
+        assert_eq!(
+            (h["ok"].as_u64(), h["generator_errors"].as_u64()),
+            (Some(10), Some(5)),
+            "{h}"
+        );
+        let p = &h["ports"];
+        assert_eq!(
+            (p["pool"].as_u64(), p["headroom_after"].as_i64()),
+            (Some(10), Some(0)),
+            "{h}"
+        );
+        // Every port still held after the run (TIME_WAIT, or the last still closing).
+        assert_eq!(
+            (p["peak_in_use"].as_u64(), p["in_use_after"].as_u64()),
+            (Some(10), Some(10)),
+            "{h}"
+        );
+    }
+    let sum = |k: &str| hosts.iter().map(|h| h[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(sum("ok"), 20);
+    assert!(
+        stdout.contains("ports exhausted (generator) 10"),
+        "{stdout}"
+    );
+    assert!(stdout.lines().any(|l| l.starts_with("host1 ")), "{stdout}");
+}
