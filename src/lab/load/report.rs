@@ -366,3 +366,38 @@ impl Report {
             .map_or(0.0, |s| s.share_percent)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_kind_reads_back_from_what_it_writes() {
+        let kinds = [
+            Kind::Timeout,
+            Kind::Refused,
+            Kind::Reset,
+            Kind::Closed,
+            Kind::Status(503),
+            Kind::Grpc(14),
+            Kind::Body,
+            Kind::BadBody,
+            Kind::Ports,
+            Kind::Descriptors,
+            Kind::Overload,
+            Kind::Tls,
+            Kind::Other,
+        ];
+        for kind in kinds {
+            assert_eq!(kind.to_string().parse::<Kind>(), Ok(kind));
+        }
+        assert!("http x".parse::<Kind>().unwrap_err().contains("bad code"));
+        assert!("grpc 300".parse::<Kind>().unwrap_err().contains("bad code"));
+        assert!(
+            "gremlins"
+                .parse::<Kind>()
+                .unwrap_err()
+                .contains("not one snag counts")
+        );
+    }
+}
