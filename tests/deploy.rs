@@ -192,13 +192,16 @@ fn the_image_is_an_oci_layout_whose_snag_runs_alone() {
         .status()
         .expect("strip runs (binutils)");
     assert!(stripped.success());
+    let image = |out: &Path| {
+        Command::new("bash")
+            .arg(repo().join("scripts/image.sh"))
+            .arg(out)
+            .env("SNAG_BIN", &bin)
+            .output()
+            .unwrap()
+    };
     let out = dir.0.join("image");
-    let built = Command::new("bash")
-        .arg(repo().join("scripts/image.sh"))
-        .arg(&out)
-        .env("SNAG_BIN", &bin)
-        .output()
-        .unwrap();
+    let built = image(&out);
     assert!(
         built.status.success(),
         "{}{}",
@@ -208,13 +211,7 @@ fn the_image_is_an_oci_layout_whose_snag_runs_alone() {
     assert!(out.with_extension("tar").exists());
     // Reproducible: the same inputs make the same manifest digest.
     let again = dir.0.join("again");
-    let rebuilt = Command::new("bash")
-        .arg(repo().join("scripts/image.sh"))
-        .arg(&again)
-        .env("SNAG_BIN", &bin)
-        .output()
-        .unwrap();
-    assert!(rebuilt.status.success());
+    assert!(image(&again).status.success());
     assert_eq!(
         std::fs::read(out.join("index.json")).unwrap(),
         std::fs::read(again.join("index.json")).unwrap()

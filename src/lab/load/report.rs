@@ -39,6 +39,21 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind that carries no code.
+    pub const WITHOUT_CODE: [Kind; 11] = [
+        Kind::Timeout,
+        Kind::Refused,
+        Kind::Reset,
+        Kind::Closed,
+        Kind::Body,
+        Kind::BadBody,
+        Kind::Ports,
+        Kind::Descriptors,
+        Kind::Overload,
+        Kind::Tls,
+        Kind::Other,
+    ];
+
     /// Whether the generator failed, not the service.
     pub fn generator(self) -> bool {
         matches!(self, Kind::Ports | Kind::Descriptors | Kind::Overload)
@@ -128,22 +143,10 @@ impl std::str::FromStr for Kind {
         if let Some(c) = s.strip_prefix("grpc ") {
             return c.parse().map(Kind::Grpc).map_err(bad);
         }
-        [
-            Kind::Timeout,
-            Kind::Refused,
-            Kind::Reset,
-            Kind::Closed,
-            Kind::Body,
-            Kind::BadBody,
-            Kind::Ports,
-            Kind::Descriptors,
-            Kind::Overload,
-            Kind::Tls,
-            Kind::Other,
-        ]
-        .into_iter()
-        .find(|k| k.to_string() == s)
-        .ok_or_else(|| format!("error kind {s:?}: not one snag counts"))
+        Kind::WITHOUT_CODE
+            .into_iter()
+            .find(|k| k.to_string() == s)
+            .ok_or_else(|| format!("error kind {s:?}: not one snag counts"))
     }
 }
 
@@ -373,22 +376,10 @@ mod tests {
 
     #[test]
     fn every_error_kind_reads_back_from_what_it_writes() {
-        let kinds = [
-            Kind::Timeout,
-            Kind::Refused,
-            Kind::Reset,
-            Kind::Closed,
-            Kind::Status(503),
-            Kind::Grpc(14),
-            Kind::Body,
-            Kind::BadBody,
-            Kind::Ports,
-            Kind::Descriptors,
-            Kind::Overload,
-            Kind::Tls,
-            Kind::Other,
-        ];
-        for kind in kinds {
+        for kind in Kind::WITHOUT_CODE
+            .into_iter()
+            .chain([Kind::Status(503), Kind::Grpc(14)])
+        {
             assert_eq!(kind.to_string().parse::<Kind>(), Ok(kind));
         }
         assert!("http x".parse::<Kind>().unwrap_err().contains("bad code"));
