@@ -43,7 +43,9 @@ pub const FORMAT: &str = "snag-load-result/1";
 
 /// The report of `results` taken together. `Err` says which result does not
 /// belong with the others, or which shard is missing.
-pub fn merge(results: Vec<ShardResult>) -> Result<Report, String> {
+pub fn merge(mut results: Vec<ShardResult>) -> Result<Report, String> {
+    // In shard order, so that the hosts are listed so.
+    results.sort_by_key(|r| r.shard.index);
     let first = results.first().ok_or("no results to merge")?;
     let (target, open, count) = (first.target.clone(), first.open, first.shard.count);
     let mut seen = BTreeMap::new();
@@ -121,12 +123,6 @@ pub fn merge(results: Vec<ShardResult>) -> Result<Report, String> {
         results.iter().map(|r| r.unfinished).sum(),
         None,
     );
-    hosts.sort_by_key(|h| {
-        h.shard
-            .split('/')
-            .next()
-            .and_then(|i| i.parse::<u64>().ok())
-    });
     report.hosts = hosts;
     Ok(report)
 }
