@@ -5,6 +5,7 @@
 //! Calls are serialised by one async lock: a call that restarts a proxy waits for its
 //! connections to close before the next call sees the state.
 
+pub mod client;
 pub mod registry;
 mod toxic;
 

@@ -1,17 +1,11 @@
 //! `snag ctl`: a small client for the control API, so nobody needs curl. It speaks
 //! the same Toxiproxy v2 API as every other client, so it drives Toxiproxy too.
 
-use std::net::SocketAddr;
-
-use anyhow::{Context, bail};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request};
-use hyper_util::rt::TokioIo;
+use hyper::Method;
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
 
 use crate::{
+    api::client::Client,
     cli::{CtlArgs, CtlCommand},
     fault::{
         Mode,
@@ -21,10 +15,7 @@ use crate::{
 
 /// Runs one `snag ctl` command and prints its result for people.
 pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
-    let client = Client {
-        api: args.api,
-        token: args.token,
-    };
+    let client = Client::new(args.api, args.token);
     match args.command {
         CtlCommand::List => {
             let proxies = client.call(Method::GET, "/proxies", None).await?;
@@ -156,52 +147,6 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-struct Client {
-    api: SocketAddr,
-    token: Option<String>,
-}
-
-impl Client {
-    /// One request on a fresh connection; `Err` carries the API's own error text.
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
-        let stream = TcpStream::connect(self.api)
-            .await
-            .with_context(|| format!("could not reach the control API at {}", self.api))?;
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(conn);
-        let mut req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", self.api.to_string())
-            .header(
-                "user-agent",
-                concat!("snag-ctl/", env!("CARGO_PKG_VERSION")),
-            )
-            .header("content-type", "application/json");
-        if let Some(token) = &self.token {
-            req = req.header("authorization", format!("Bearer {token}"));
-        }
-        let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-        let res = sender.send_request(req.body(Full::new(body))?).await?;
-        let status = res.status();
-        let bytes = res.into_body().collect().await?.to_bytes();
-        let value: Value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
-        };
-        if !status.is_success() {
-            let why = value["error"].as_str().map_or_else(
-                || String::from_utf8_lossy(&bytes).trim().to_string(),
-                String::from,
-            );
-            bail!("{path}: {why} ({status})");
-        }
-        Ok(value)
-    }
 }
 
 fn print_table(proxies: &Value) {
