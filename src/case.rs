@@ -14,6 +14,7 @@ mod lb;
 mod share;
 mod spike;
 mod strategies;
+pub mod topology;
 
 use std::{future::Future, pin::Pin};
 
@@ -110,6 +111,8 @@ pub struct Setup {
     /// What the balancer speaks to the backends (`--backend-protocol`) in the cases
     /// that leave it open; the HTTP/2 cases take `h2` from it, and h2c otherwise.
     pub protocol: Option<crate::lab::balancer::BackendProtocol>,
+    /// The parts that run elsewhere (`--topology`); empty: every part here.
+    pub topology: std::sync::Arc<topology::Topology>,
 }
 
 /// Runs `case` once against `product`, to its report; every part it started is

@@ -78,7 +78,7 @@ struct Ids {
 pub const PROBES_KEPT: usize = 100;
 
 /// One health probe as it crossed snag.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Probe {
     /// Milliseconds since the Unix epoch, when it arrived.
     pub unix_ms: u64,
@@ -91,16 +91,16 @@ pub struct Probe {
 }
 
 /// A snapshot of a proxy's counters, as the API and `--stats` show it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Stats {
     /// Connections accepted.
     pub connections: u64,
     /// Connections open now.
     pub active_connections: u64,
     /// Requests by scope.
-    pub requests: BTreeMap<&'static str, u64>,
+    pub requests: BTreeMap<String, u64>,
     /// Responses sent to clients by status class ("2xx" …).
-    pub responses: BTreeMap<&'static str, u64>,
+    pub responses: BTreeMap<String, u64>,
     /// New connections in each second of the run, from the first (at most an hour).
     pub new_connections_per_second: Vec<u64>,
     /// Connections (TCP mode) or requests (HTTP mode, answered 502) the upstream
@@ -368,11 +368,12 @@ impl Counters {
             connections: get(&self.connections),
             active_connections: self.active.load(Ordering::Relaxed),
             requests: BTreeMap::from([
-                ("data", get(&self.data_requests)),
-                ("probe", get(&self.probe_requests)),
+                ("data".to_string(), get(&self.data_requests)),
+                ("probe".to_string(), get(&self.probe_requests)),
             ]),
             responses: ["1xx", "2xx", "3xx", "4xx", "5xx"]
                 .into_iter()
+                .map(String::from)
                 .zip(self.statuses.iter().map(get))
                 .collect(),
             new_connections_per_second: ids.per_second.clone(),

@@ -259,29 +259,8 @@ fn bad_shard_flags_say_which_and_why() {
 /// connections, two run out after ten each, and the merge says so host by host.
 #[test]
 fn two_generator_hosts_have_a_port_pool_each() {
-    let tag = format!("snag-test-{}", std::process::id());
-    let ns: Vec<String> = ["srv", "g0", "g1", "g2"]
-        .iter()
-        .map(|n| format!("{tag}-{n}"))
-        .collect();
-    struct Cleanup(Vec<String>);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            for ns in &self.0 {
-                let _ = std::process::Command::new("ip")
-                    .args(["netns", "delete", ns])
-                    .status();
-            }
-        }
-    }
-    let _cleanup = Cleanup(ns.clone());
-    for n in &ns {
-        let made = std::process::Command::new("ip")
-            .args(["netns", "add", n])
-            .status()
-            .expect("`ip` runs (iproute2; scripts/install-deps.sh installs it)");
-        assert!(made.success(), "creating a network namespace needs root");
-    }
+    let hosts = common::hosts::Namespaces::new(&["srv", "g0", "g1", "g2"]);
+    let ns = &hosts.0;
     let dir = Scratch::new("hosts");
     let snag = env!("CARGO_BIN_EXE_snag");
     let (srv, out) = (&ns[0], dir.path().display());
@@ -325,16 +304,7 @@ for p in $shards; do wait $p; done
         g1 = ns[2],
         g2 = ns[3],
     );
-    let run = std::process::Command::new("bash")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = common::hosts::bash(&script);
     let alone = json_of(&dir.path().join("alone.json"));
     let merged = json_of(&dir.path().join("merged.json"));
     let ports = |r: &serde_json::Value| r["errors_by_kind"]["ports exhausted (generator)"].clone();

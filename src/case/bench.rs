@@ -11,6 +11,7 @@ use anyhow::Context;
 use tokio::{net::TcpListener, time::Instant};
 
 mod balancers;
+mod elsewhere;
 mod parts;
 mod record;
 mod runs;
@@ -18,6 +19,7 @@ mod runs;
 use self::parts::Sample;
 pub use self::{
     balancers::{BalancerHandle, Lb, Restarted, Transition},
+    elsewhere::{BackendPart, Interposer},
     parts::Part,
 };
 use super::Case;
@@ -33,7 +35,7 @@ use crate::{
         listen::Ports,
         load::{self, Plan, Target},
     },
-    proxy::{Mode, Proxy, RunContext},
+    proxy::{Mode, RunContext},
     report::{CaseReport, Check, Event, EventKind, Run, Verdict, state_word},
     shutdown::Shutdown,
 };
@@ -59,11 +61,13 @@ pub struct Bench {
     /// What the balancer speaks to the interposers, and for h2 the run's
     /// certificate: (cert, key, CA).
     protocol: BackendProtocol,
-    tls: Option<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)>,
+    tls: Option<RunTls>,
     /// Where its parts listen.
     ports: Ports,
     /// What `--backend-protocol` asked for, if anything.
     asked: Option<BackendProtocol>,
+    /// The parts that run elsewhere (`--topology`).
+    topology: Arc<super::topology::Topology>,
     /// CPU times when the case began, to tell what other programs took.
     host: Option<crate::host::Mark>,
     on_progress: super::OnProgress,
@@ -119,6 +123,7 @@ impl Bench {
             tls: None,
             ports: Ports::default(),
             asked: None,
+            topology: Arc::default(),
             host: crate::host::Mark::now(),
             on_progress,
         }
@@ -143,6 +148,7 @@ impl Bench {
         sub.protocol = self.protocol;
         sub.asked = self.asked;
         sub.ports = self.ports.clone();
+        sub.topology = self.topology.clone();
         sub
     }
 
@@ -151,6 +157,7 @@ impl Bench {
     pub fn set_up(&mut self, setup: super::Setup) {
         self.ports = setup.ports;
         self.asked = setup.protocol;
+        self.topology = setup.topology;
         if let Some(protocol) = setup.protocol {
             self.protocol = protocol;
         }
@@ -221,6 +228,18 @@ impl Bench {
     /// Seconds since the case started.
     pub fn now_s(&self) -> f64 {
         self.t0.elapsed().as_secs_f64()
+    }
+}
+
+/// The run's certificate, key and CA, in a directory of their own that goes when
+/// the bench does: at its end, or when a case returns early and drops it.
+struct RunTls(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf);
+
+impl Drop for RunTls {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

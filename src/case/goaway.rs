@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::{Bench, Case, share::summary};
+use crate::case::bench::Part;
 use crate::{
     events::Stats,
     lab::{
@@ -169,10 +170,7 @@ async fn run_with(
         reports.next().expect("two runs"),
         reports.next().expect("two runs"),
     );
-    let stats = parts
-        .iter()
-        .map(|p| p.proxy.counters().snapshot())
-        .collect();
+    let stats = Part::stats_of(&parts).await?;
     let downs = b
         .transitions("b")
         .into_iter()

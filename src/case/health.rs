@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::{Bench, Case, share::summary};
+use crate::case::bench::Part;
 use crate::lab::{balancer::HealthCheck, driver::Feature, load::Arrivals};
 
 /// The cases in this file.
@@ -143,7 +144,7 @@ async fn probe_loss(b: &mut Bench) -> anyhow::Result<()> {
             .iter()
             .filter(|t| t.to == "down")
             .count();
-        let stats = parts[1].proxy.counters().snapshot();
+        let stats = parts[1].stats().await?;
         let lost = stats.probes.iter().filter(|p| p.status == 0).count();
         let data_5xx = stats.responses.get("5xx").copied().unwrap_or(0);
         let share = r.share_of("b");
@@ -210,7 +211,7 @@ async fn grpc_probe_loss(b: &mut Bench) -> anyhow::Result<()> {
         let t = run.transitions("b");
         let downs = t.iter().filter(|t| t.to == "down").count();
         let ups = t.iter().filter(|t| t.to == "up").count();
-        let stats = parts[1].proxy.counters().snapshot();
+        let stats = parts[1].stats().await?;
         let lost = stats.probes.iter().filter(|p| p.status == 0).count();
         let told = stats.fault_hits.get("not-serving").copied().unwrap_or(0);
         let share = r.share_of("b");
@@ -271,17 +272,10 @@ async fn data_loss(b: &mut Bench) -> anyhow::Result<()> {
         .get(&crate::lab::load::Kind::Status(503))
         .copied()
         .unwrap_or(0);
-    let by_proxy: Vec<u64> = parts
+    let by_proxy: Vec<u64> = Part::stats_of(&parts)
+        .await?
         .iter()
-        .map(|p| {
-            p.proxy
-                .counters()
-                .snapshot()
-                .responses
-                .get("5xx")
-                .copied()
-                .unwrap_or(0)
-        })
+        .map(|s| s.responses.get("5xx").copied().unwrap_or(0))
         .collect();
     b.check(
         "clients fail, and every failure came from b",

@@ -128,15 +128,8 @@ async fn share_rr(b: &mut Bench) -> anyhow::Result<()> {
                 .find(|s| s.name == p.name)
                 .map_or(0, |s| s.by_backend),
         };
-        let relayed = p
-            .proxy
-            .counters()
-            .snapshot()
-            .requests
-            .get("data")
-            .copied()
-            .unwrap_or(0);
-        let served = p.backend.served();
+        let relayed = p.stats().await?.requests.get("data").copied().unwrap_or(0);
+        let served = p.backend.served().await?;
         agree &= client == lb && lb == relayed && relayed == served;
         let lb = if header.is_ok() || stats.is_some() {
             lb.to_string()
@@ -162,7 +155,10 @@ async fn slow(b: &mut Bench, strategy: Strategy) -> anyhow::Result<()> {
     plan.arrivals = Arrivals::Closed { connections: 12 };
     plan.duration = b.secs(4.0);
     let even = b.load("identical instances", plan.clone()).await;
-    parts[2].backend.set_delay(Duration::from_millis(50));
+    parts[2]
+        .backend
+        .set_delay(Duration::from_millis(50))
+        .await?;
     b.event(EventKind::Fault, "c: 50 ms slower");
     let slow = b.load("c 50 ms slower", plan.clone()).await;
     let c = |r: &Report| {
@@ -204,7 +200,7 @@ async fn slow(b: &mut Bench, strategy: Strategy) -> anyhow::Result<()> {
                 c(&slow) < 100.0 / 9.0,
                 listed(&shares(&slow)),
             );
-            parts[2].backend.set_delay(Duration::ZERO);
+            parts[2].backend.set_delay(Duration::ZERO).await?;
             b.event(EventKind::Fault, "c: recovered");
             let back = b.load("c recovered", plan).await;
             b.figure("c recovered", summary(&back));

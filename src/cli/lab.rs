@@ -72,6 +72,12 @@ pub struct CaseArgs {
     /// the run); the HTTP/2 cases take h2 from it and speak h2c otherwise.
     #[arg(long)]
     pub backend_protocol: Option<crate::lab::balancer::BackendProtocol>,
+    /// A TOML file naming the parts that run elsewhere, already started: backends
+    /// (`snag backend`) by address, interposers by the control API of the `snag
+    /// serve` to make them in and where they listen there. Parts it does not name
+    /// start here.
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<PathBuf>,
 }
 
 /// `snag backend`.

@@ -42,6 +42,10 @@ pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
             })
             .collect::<Result<_, _>>()?
     };
+    let topology = Arc::new(match &args.topology {
+        Some(path) => case::topology::Topology::load(path)?,
+        None => case::topology::Topology::default(),
+    });
     let seed = args.seed.unwrap_or_else(|| {
         let seed = crate::seed::fresh();
         say!("seed {seed} (pass --seed {seed} to repeat this run's random choices)");
@@ -80,6 +84,7 @@ pub async fn run(args: CaseArgs, shutdown: Shutdown) -> anyhow::Result<()> {
                 case::Setup {
                     ports: args.port_range.clone(),
                     protocol: args.backend_protocol,
+                    topology: topology.clone(),
                 },
                 shutdown.child(),
                 std::sync::Arc::new(progress),

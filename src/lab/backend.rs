@@ -8,10 +8,10 @@
 //! drains after the traffic stops.
 //!
 //! Routes beside data requests: `GET /count` and `/reset` (data requests served),
-//! `GET /stats` (in flight, queue depth, completed), the health path (200 or 503),
-//! `POST /admin/health {"healthy":false}`, `POST /admin/dependency {"broken":true}`
-//! (data requests answer 200 with an error body while health stays 200) and
-//! `POST /admin/delay {"ms":50}`.
+//! `GET /stats` (in flight, queue depth, completed, how it was started), the health
+//! path (200 or 503), `POST /admin/health {"healthy":false}`, `POST /admin/dependency
+//! {"broken":true}` (data requests answer 200 with an error body while health stays
+//! 200) and `POST /admin/delay {"ms":50}`.
 
 use std::{
     sync::{
@@ -152,6 +152,11 @@ impl Backend {
             "dependency_broken": self.broken.load(Relaxed),
             "delay_ms": self.delay_us.load(Relaxed) as f64 / 1000.0,
             "overslept_ms": self.overslept(),
+            // How it was started, for whoever drives it from elsewhere.
+            "workers": self.config.workers,
+            "work_ms": self.config.work.as_secs_f64() * 1000.0,
+            "queue": self.config.queue,
+            "health_path": self.config.health_path,
         })
     }
 

@@ -1,6 +1,7 @@
 //! Shared helpers: real servers on 127.0.0.1 with OS-chosen ports, and a time bound.
 #![allow(dead_code)]
 
+pub mod hosts;
 pub mod process;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};

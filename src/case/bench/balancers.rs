@@ -238,21 +238,19 @@ impl Bench {
         (outside.announce)(&text);
         // The health path, which the interposers count as a probe: the case's data
         // accounting does not see the wait.
-        let probes = |parts: &[Part]| -> u64 {
-            parts
+        async fn probes(parts: &[Part]) -> anyhow::Result<u64> {
+            let stats = Part::stats_of(parts).await?;
+            Ok(stats
                 .iter()
-                .map(|p| {
-                    let s = p.proxy.counters().snapshot();
-                    s.requests.get("probe").copied().unwrap_or(0)
-                })
-                .sum()
-        };
+                .map(|s| s.requests.get("probe").copied().unwrap_or(0))
+                .sum())
+        }
         let health = format!("http://{addr}/health");
         let deadline = Instant::now() + outside.wait;
         loop {
-            let before = probes(&self.parts);
+            let before = probes(&self.parts).await?;
             let answer = crate::lab::driver::http("GET", &health, "").await;
-            if matches!(answer, Ok((200, _))) && probes(&self.parts) > before {
+            if matches!(answer, Ok((200, _))) && probes(&self.parts).await? > before {
                 break;
             }
             anyhow::ensure!(
@@ -287,7 +285,7 @@ impl Bench {
             .collect();
         let mut config = balancer::Config::new(backends, self.seed);
         config.protocol = self.protocol;
-        config.backend_ca = self.tls.as_ref().map(|(_, _, ca)| ca.clone());
+        config.backend_ca = self.tls.as_ref().map(|t| t.2.clone());
         config
     }
 
@@ -306,9 +304,13 @@ impl Bench {
                 self.t0.elapsed().as_nanos()
             ));
             std::fs::create_dir_all(&dir)?;
-            self.tls = Some(crate::tls::Identity::generate_files(&dir)?);
+            let (cert, key, ca) = crate::tls::Identity::generate_files(&dir)?;
+            self.tls = Some(RunTls(cert, key, ca));
         }
-        Ok(self.tls.clone())
+        Ok(self
+            .tls
+            .as_ref()
+            .map(|t| (t.0.clone(), t.1.clone(), t.2.clone())))
     }
 
     fn serve_balancer(

@@ -1,7 +1,10 @@
 //! The backends of a case and the interposer in front of each, started from the
 //! case's fault file, and what their interposers relayed.
 
-use super::*;
+use super::{
+    elsewhere::{BackendPart, Interposer, RemoteBackend, RemoteProxy},
+    *,
+};
 
 /// One backend of the case, with the interposer in front of it.
 #[derive(Debug, Clone)]
@@ -9,15 +12,31 @@ pub struct Part {
     /// Its name: the backend's id, the interposer's and the balancer's for it.
     pub name: String,
     /// The backend itself.
-    pub backend: Arc<Backend>,
+    pub backend: BackendPart,
     /// Where the backend listens.
     pub backend_addr: SocketAddr,
     /// The interposer.
-    pub proxy: Arc<Proxy>,
+    pub proxy: Interposer,
     /// Its data listener: where the balancer sends requests.
     pub data: SocketAddr,
     /// Its probe listener: where the balancer sends health checks.
     pub probe: SocketAddr,
+}
+
+impl Part {
+    /// Its interposer's counters now.
+    pub async fn stats(&self) -> anyhow::Result<crate::events::Stats> {
+        self.proxy.stats().await
+    }
+
+    /// The counters of every interposer of `parts`, in their order.
+    pub async fn stats_of(parts: &[Part]) -> anyhow::Result<Vec<crate::events::Stats>> {
+        let mut all = Vec::with_capacity(parts.len());
+        for p in parts {
+            all.push(p.stats().await?);
+        }
+        Ok(all)
+    }
 }
 
 /// Data requests each interposer had relayed, sampled every 100 ms.
@@ -31,7 +50,8 @@ impl Bench {
     /// Starts one backend per id, each behind an interposer in HTTP mode with a probe
     /// listener; `faults` is a case file from `faults/` whose proxies, named after the
     /// backends, give their faults and timeline (played from now). Backends the file
-    /// does not name get an interposer without faults.
+    /// does not name get an interposer without faults. Parts the topology names run
+    /// elsewhere: the case takes them as they are and makes their interposers there.
     pub async fn parts(
         &mut self,
         ids: &[&str],
@@ -62,6 +82,15 @@ impl Bench {
         for id in ids {
             let mut config = backend::Config::new(id);
             tune(id, &mut config);
+            if let Some(&addr) = self.topology.backends.get(*id) {
+                let remote = RemoteBackend::take(addr, &config).await?;
+                backends.push((
+                    id.to_string(),
+                    addr,
+                    BackendPart::Elsewhere(Arc::new(remote)),
+                ));
+                continue;
+            }
             let listener = self.ports.listener()?;
             let addr = listener.local_addr()?;
             let backend = Backend::new(config);
@@ -70,7 +99,7 @@ impl Bench {
                 backend.clone(),
                 self.shutdown.clone(),
             ));
-            backends.push((id.to_string(), addr, backend));
+            backends.push((id.to_string(), addr, BackendPart::Here(backend)));
         }
         let scale = self.length.factor(self.case);
         let mut scenario = Scenario {
@@ -96,6 +125,16 @@ impl Bench {
             config.probe_listen = Some(self.ports.any()?);
             config.mode = Mode::Http;
             config.instance = Some(id.clone());
+            if self.topology.interposers.contains_key(id) && self.protocol == BackendProtocol::H2 {
+                return Err(Unsupported {
+                    product: "this topology".into(),
+                    why: format!(
+                        "interposer {id} runs elsewhere, and HTTP/2 over TLS to it needs the \
+                         run's certificate there: run it with --backend-protocol h2c or h1"
+                    ),
+                }
+                .into());
+            }
             if let Some((cert, key, _)) = self.run_tls()? {
                 config.tls = Some(crate::tls::ListenTls::Files { cert, key });
             }
@@ -128,17 +167,58 @@ impl Bench {
         }
         self.parts_s = self.now_s();
         let context = RunContext::new(self.seed);
-        let running = crate::proxy::start(&scenario, &context, &self.shutdown)?;
-        for ((name, backend_addr, backend), r) in backends.into_iter().zip(running) {
+        // Those made elsewhere first, so their timelines start as close as can be to
+        // those of the ones here.
+        let (there, here): (Vec<_>, Vec<_>) = scenario
+            .proxies
+            .into_iter()
+            .partition(|p| self.topology.interposers.contains_key(&p.config.name));
+        let mut made = Vec::new();
+        for spec in &there {
+            let at = &self.topology.interposers[&spec.config.name];
+            let upstream = self.topology.backends[&spec.config.name];
+            let remote = Arc::new(RemoteProxy::make(spec, at, upstream).await?);
+            self.report.notes.push(format!(
+                "{}: interposer in the snag serve at {} (listening on {}, probes on {}), backend at {upstream}",
+                spec.config.name, at.api, at.listen, at.probe_listen
+            ));
+            made.push((spec.config.name.clone(), remote, at.listen, at.probe_listen));
+        }
+        let t0 = tokio::time::Instant::now();
+        for (spec, (_, remote, _, _)) in there.iter().zip(&made) {
+            tokio::spawn(
+                remote
+                    .clone()
+                    .play(spec.timeline.clone(), t0, self.shutdown.clone()),
+            );
+        }
+        let here_scenario = Scenario {
+            seed: None,
+            proxies: here,
+            capture: None,
+        };
+        let running = crate::proxy::start(&here_scenario, &context, &self.shutdown)?;
+        let mut running = running.into_iter();
+        for (name, backend_addr, backend) in backends {
+            let (proxy, data, probe) = match made.iter().find(|(n, ..)| *n == name) {
+                Some((_, remote, data, probe)) => {
+                    (Interposer::Elsewhere(remote.clone()), *data, *probe)
+                }
+                None => {
+                    let r = running.next().context("an interposer per backend")?;
+                    let probe = r
+                        .probe_addr
+                        .context("the interposer has a probe listener")?;
+                    (Interposer::Here(r.proxy), r.addr, probe)
+                }
+            };
             self.parts.push(Part {
                 name,
                 backend,
                 backend_addr,
-                proxy: r.proxy,
-                data: r.addr,
-                probe: r
-                    .probe_addr
-                    .context("the interposer has a probe listener")?,
+                proxy,
+                data,
+                probe,
             });
         }
         self.sample();
@@ -155,23 +235,19 @@ impl Bench {
         );
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(Duration::from_millis(100));
-            loop {
+            'ticks: loop {
                 tokio::select! {
                     _ = shutdown.wait() => return,
                     _ = ticks.tick() => {}
                 }
-                let data = parts
-                    .iter()
-                    .map(|p| {
-                        p.proxy
-                            .counters()
-                            .snapshot()
-                            .requests
-                            .get("data")
-                            .copied()
-                            .unwrap_or(0)
-                    })
-                    .collect();
+                let mut data = Vec::with_capacity(parts.len());
+                for p in &parts {
+                    // An interposer elsewhere that did not answer: no sample this time.
+                    let Ok(stats) = p.proxy.stats().await else {
+                        continue 'ticks;
+                    };
+                    data.push(stats.requests.get("data").copied().unwrap_or(0));
+                }
                 samples
                     .lock()
                     .expect("no code panics holding the samples")

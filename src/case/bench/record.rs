@@ -60,11 +60,7 @@ impl Bench {
             }
             external.clean();
         }
-        if let Some((cert, _, _)) = &self.tls
-            && let Some(dir) = cert.parent()
-        {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        self.tls = None;
         if let Err(err) = result {
             if let Some(unsupported) = err.downcast_ref::<Unsupported>() {
                 self.report.verdict = Verdict::Unsupported;
@@ -133,23 +129,28 @@ impl Bench {
             .into_iter()
             .map(|(n, c)| (n, 100.0 * c as f64 / total.max(1) as f64))
             .collect();
-        self.report.interposers = self
-            .parts
+        let mut stats = Vec::new();
+        for p in &self.parts {
+            match p.stats().await {
+                Ok(s) => stats.push((p.name.clone(), s)),
+                Err(e) => self
+                    .report
+                    .notes
+                    .push(format!("{}: no interposer stats at the end: {e:#}", p.name)),
+            }
+        }
+        for p in &self.parts {
+            if let Interposer::Elsewhere(remote) = &p.proxy {
+                self.report.notes.extend(remote.end().await);
+            }
+        }
+        self.report.interposers = stats
             .iter()
-            .map(|p| {
-                (
-                    p.name.clone(),
-                    serde_json::to_value(p.proxy.counters().snapshot()).unwrap_or_default(),
-                )
-            })
+            .map(|(name, s)| (name.clone(), serde_json::to_value(s).unwrap_or_default()))
             .collect::<serde_json::Map<_, _>>()
             .into();
-        if !self.parts.is_empty() {
-            let stats: Vec<_> = self
-                .parts
-                .iter()
-                .map(|p| p.proxy.counters().snapshot())
-                .collect();
+        if !stats.is_empty() {
+            let stats: Vec<_> = stats.into_iter().map(|(_, s)| s).collect();
             let opened: u64 = stats.iter().map(|s| s.connections).sum();
             let peak = stats
                 .iter()
@@ -161,11 +162,11 @@ impl Bench {
                 format!("{opened} opened to the backends; at most {peak} new in one second at one backend"),
             ));
         }
-        let overslept = self
-            .parts
-            .iter()
-            .filter_map(|p| Some((p.name.clone(), p.backend.overslept()?)));
-        self.report.backends_overslept.extend(overslept);
+        for p in &self.parts {
+            if let Some(lag) = p.backend.overslept().await {
+                self.report.backends_overslept.push((p.name.clone(), lag));
+            }
+        }
         self.report.elapsed_s = self.now_s();
         if let (Some(start), Some(end)) = (self.host, crate::host::Mark::now()) {
             self.report.host = Some(start.until(&end));

@@ -37,7 +37,7 @@ pub(crate) async fn goaway_drain(b: &mut Bench) -> anyhow::Result<()> {
             downs.join("; ")
         },
     );
-    let b_stats = parts[1].proxy.counters().snapshot();
+    let b_stats = parts[1].stats().await?;
     b.figure(
         "GOAWAY",
         format!(
@@ -98,10 +98,7 @@ async fn drain_under_load(b: &mut Bench, file: &'static str) -> anyhow::Result<V
         ),
     );
     let errors: u64 = reports.iter().map(|r| r.errors).sum();
-    let stats: Vec<_> = parts
-        .iter()
-        .map(|p| p.proxy.counters().snapshot())
-        .collect();
+    let stats = Part::stats_of(&parts).await?;
     let resets: u64 = stats.iter().map(|s| s.drain_resets + s.fault_resets).sum();
     b.check(
         "in-flight requests finish: no client error, no reset",

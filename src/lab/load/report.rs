@@ -182,7 +182,7 @@ pub struct Row {
 }
 
 /// How late sends left against their intended instants, ms.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize)]
 pub struct Lag {
     /// Median.
     pub p50: f64,
