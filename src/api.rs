@@ -116,6 +116,8 @@ pub struct Api {
     requests: AtomicU64,
     metrics: Metrics,
     header_timeout: Duration,
+    /// `Some` when `POST /load` runs load shards; they stop with this.
+    generator: Option<Shutdown>,
 }
 
 /// Who may call the API, what it serves and where its files go.
@@ -131,6 +133,8 @@ pub struct Settings {
     /// How long a client may take to send a request's headers, and then its body:
     /// a slow client (slowloris) is cut off, not waited on.
     pub header_timeout: Duration,
+    /// Whether `POST /load` runs load shards sent by a case elsewhere.
+    pub generator: bool,
 }
 
 impl Default for Settings {
@@ -140,6 +144,7 @@ impl Default for Settings {
             metrics: Metrics::default(),
             files: None,
             header_timeout: Duration::from_secs(10),
+            generator: false,
         }
     }
 }
@@ -158,6 +163,7 @@ impl Api {
     /// `shutdown`.
     pub fn new(context: RunContext, settings: Settings, shutdown: Shutdown) -> Arc<Api> {
         Arc::new(Api {
+            generator: settings.generator.then(|| shutdown.clone()),
             registry: Mutex::new(Registry::new(context, settings.files, shutdown)),
             token: settings.token,
             requests: AtomicU64::new(0),
@@ -301,6 +307,15 @@ pub async fn call(api: &Api, method: &Method, path: &str, body: &Bytes) -> Reply
         );
         return with_id(api, reply);
     }
+    if let (["load"], Some(shutdown)) = (segments.as_slice(), &api.generator) {
+        // Not under the registry's lock: a run takes its whole length.
+        let reply = if method == Method::POST {
+            load_shard(body, shutdown.clone()).await
+        } else {
+            empty(StatusCode::METHOD_NOT_ALLOWED)
+        };
+        return with_id(api, reply);
+    }
     let allowed: &[Method] = match segments.as_slice() {
         ["version"] => &[Method::GET],
         ["reset"] | ["populate"] => &[Method::POST],
@@ -436,6 +451,20 @@ fn decode<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = T::deserialize(&mut de).map_err(|e| Error::BadBody(e.to_string()))?;
     Ok(value)
+}
+
+/// `POST /load`: runs the shard asked for from its start instant and answers its
+/// result, as `snag load --shard --start-at --result` would write it.
+async fn load_shard(body: &Bytes, shutdown: Shutdown) -> Reply {
+    use crate::lab::load::remote;
+    let request: remote::ShardRequest = match decode(body) {
+        Ok(r) => r,
+        Err(e) => return error(&e),
+    };
+    match remote::serve_shard(request, shutdown).await {
+        Ok(result) => json(StatusCode::OK, &result),
+        Err(why) => error(&Error::Invalid(why)),
+    }
 }
 
 fn with_id(api: &Api, mut reply: Reply) -> Reply {

@@ -514,3 +514,61 @@ async fn an_api_proxy_can_have_a_probe_listener() {
     })
     .await;
 }
+
+/// `POST /load` is snag's own and off unless `serve --generator` asked for it; on,
+/// it runs the shard it is sent against the target and answers the shard's result.
+#[tokio::test]
+async fn a_generator_api_runs_the_shard_it_is_sent() {
+    within(20, async {
+        let (backend, _) = common::http_backend("ok").await;
+        let plan = snag::lab::load::Plan::new(snag::lab::load::Target {
+            addr: backend,
+            tls: false,
+            host: backend.to_string(),
+            path: "/".into(),
+        });
+        let mut plan = plan;
+        plan.requests = Some(10);
+        plan.duration = std::time::Duration::from_secs(5);
+        let request = snag::lab::load::remote::ShardRequest {
+            plan: snag::lab::load::remote::PlanWire::try_from(&plan).unwrap(),
+            shard: "1/2".parse().unwrap(),
+            start_at_ms: snag::lab::load::remote::unix_ms(std::time::SystemTime::now()),
+            host: Some("g1".into()),
+        };
+        let body = serde_json::to_string(&request).unwrap();
+        let off = spawn_api(api::Settings::default(), None).await;
+        assert_eq!(call(off, "POST", "/load", &body).await.status, 404);
+        let on = spawn_api(
+            api::Settings {
+                generator: true,
+                ..api::Settings::default()
+            },
+            None,
+        )
+        .await;
+        let reply = call(on, "POST", "/load", &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let result: snag::lab::load::ShardResult = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!((result.host.as_str(), result.shard.index), ("g1", 1));
+        // Its half of ten transactions, every one answered.
+        let raw = json(&reply);
+        assert_eq!(
+            (raw["tally"]["sent"].as_u64(), raw["tally"]["ok"].as_u64()),
+            (Some(5), Some(5)),
+            "{raw}"
+        );
+        let bad = call(on, "POST", "/load", r#"{"plan":{}}"#).await;
+        assert_eq!(bad.status, 400, "{}", bad.body);
+        assert!(
+            json(&bad)["error"]
+                .as_str()
+                .unwrap()
+                .contains("missing field"),
+            "{}",
+            bad.body
+        );
+        assert_eq!(call(on, "GET", "/load", "").await.status, 405);
+    })
+    .await;
+}

@@ -243,7 +243,7 @@ fn bad_shard_flags_say_which_and_why() {
         ),
         (
             &["load", "http://127.0.0.1:1/", "--start-at", "1000"],
-            "--start-at was",
+            "--start-at: the start was",
         ),
         (&["load", "merge"], "<RESULTS>"),
     ] {

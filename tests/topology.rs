@@ -1,6 +1,7 @@
 //! `snag case --topology`: cases whose interposers run in a `snag serve` on another
-//! host and whose backends on a third, hosts made of network namespaces of the
-//! test's own, reach the same verdicts as with every part on this one.
+//! host, whose backends on a third and whose load comes from two generator hosts —
+//! hosts made of network namespaces of the test's own — reach the same verdicts as
+//! with every part on this one.
 
 mod common;
 
@@ -11,8 +12,8 @@ use std::path::Path;
 /// slowed through its admin route mid-case (slow-rr).
 const CASES: &str = "probe-loss,share-rr,slow-rr";
 
-fn reports(dir: &Path) -> Vec<(String, serde_json::Value)> {
-    CASES
+fn reports(dir: &Path, cases: &str) -> Vec<(String, serde_json::Value)> {
+    cases
         .split(',')
         .map(|case| {
             let path = dir.join(format!("{case}.json"));
@@ -33,9 +34,31 @@ fn passed(report: &serde_json::Value) -> bool {
     }
 }
 
+/// Every load run of `report` came from generators g0 and g1, merged: each sent,
+/// and the totals are the sums of theirs.
+fn from_both_generators(case: &str, report: &serde_json::Value) {
+    let runs = report["runs"].as_array().unwrap();
+    assert!(!runs.is_empty(), "{case}");
+    for r in runs {
+        let hosts: Vec<_> = r["load"]["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| (h["host"].as_str().unwrap(), h["ok"].as_u64().unwrap()))
+            .collect();
+        assert!(
+            hosts.len() == 2 && hosts[0].0 == "g0" && hosts[1].0 == "g1",
+            "{case}: {hosts:?}"
+        );
+        assert!(hosts[0].1 > 0 && hosts[1].1 > 0, "{case}: {hosts:?}");
+        let ok = r["load"]["ok"].as_u64().unwrap();
+        assert_eq!(ok, hosts[0].1 + hosts[1].1, "{case}");
+    }
+}
+
 #[test]
 fn cases_over_parts_on_other_hosts_reach_the_local_verdicts() {
-    let hosts = common::hosts::Namespaces::new(&["run", "ifc", "be"]);
+    let hosts = common::hosts::Namespaces::new(&["run", "ifc", "be", "g0", "g1"]);
     let ns = &hosts.0;
     let dir = std::env::temp_dir().join(format!("snag-test-{}-topology", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -58,16 +81,24 @@ fn cases_over_parts_on_other_hosts_reach_the_local_verdicts() {
             7101 + i
         );
     }
+    topology += "[here]\naddress = \"10.214.1.1\"\n\n";
+    for g in 0..2 {
+        topology += &format!(
+            "[generator.g{g}]\napi = \"10.214.{}.2:8474\"\ntoken_file = \"token\"\n\n",
+            3 + g
+        );
+    }
     std::fs::write(dir.join("topo.toml"), topology).unwrap();
     let snag = env!("CARGO_BIN_EXE_snag");
-    let (run, ifc, be, out) = (&ns[0], &ns[1], &ns[2], dir.display());
-    // The runner (the case, the balancer, the generator) in `run`, the interposers'
-    // server in `ifc` (10.214.1.2, routing on to the backends), the backends in `be`
-    // (10.214.2.2). Each server prints a line once it listens; the script waits
-    // for it, bounded, before the case.
+    let (run, ifc, be, g0, g1, out) = (&ns[0], &ns[1], &ns[2], &ns[3], &ns[4], dir.display());
+    // The runner (the case and the balancer, at 10.214.1.1) in `run`, the
+    // interposers' server in `ifc` (10.214.1.2, routing on to the backends), the
+    // backends in `be` (10.214.2.2), generator i in `gi` (10.214.(3+i).2, linked to
+    // `run`). Each server prints a line once it listens; the script waits for it,
+    // bounded, before the case.
     let script = format!(
         r#"set -e
-for n in {run} {ifc} {be}; do ip -n $n link set lo up; done
+for n in {run} {ifc} {be} {g0} {g1}; do ip -n $n link set lo up; done
 ip -n {run} link add r0 type veth peer name i0 netns {ifc}
 ip -n {ifc} link add i1 type veth peer name b0 netns {be}
 ip -n {run} addr add 10.214.1.1/30 dev r0
@@ -80,6 +111,19 @@ ip -n {be} route add 10.214.1.0/30 via 10.214.2.1
 ip netns exec {ifc} sysctl -qw net.ipv4.ip_forward=1
 pids=""
 trap 'kill $pids 2>/dev/null' EXIT
+i=0
+for g in {g0} {g1}; do
+  n=$((3 + i))
+  ip -n {run} link add gv$i type veth peer name uplink netns $g
+  ip -n {run} addr add 10.214.$n.1/30 dev gv$i
+  ip -n {run} link set gv$i up
+  ip -n $g addr add 10.214.$n.2/30 dev uplink
+  ip -n $g link set uplink up
+  ip -n $g route add 10.214.1.0/30 via 10.214.$n.1
+  ip netns exec $g {snag} serve --listen 10.214.$n.2:8474 --token t0ken --generator > {out}/gen$i.out 2>&1 &
+  pids="$pids $!"
+  i=$((i + 1))
+done
 ip netns exec {ifc} {snag} serve --listen 10.214.1.2:8474 --token t0ken --files-dir {out} > {out}/serve.out 2>&1 &
 pids="$pids $!"
 i=0
@@ -88,11 +132,12 @@ for id in a b c; do
   pids="$pids $!"
   i=$((i + 1))
 done
-for f in serve backend-a backend-b backend-c; do
+for f in serve backend-a backend-b backend-c gen0 gen1; do
   for _ in $(seq 1000); do grep -qE 'listening|control API on' {out}/$f.out && break; sleep 0.01; done
   grep -qE 'listening|control API on' {out}/$f.out || {{ echo "$f did not start"; cat {out}/$f.out; exit 1; }}
 done
 ip netns exec {run} {snag} case {CASES} --quick --seed 7 --topology {out}/topo.toml --report-dir {out}/there || true
+ip netns exec {run} {snag} case share-rr --balancer haproxy --quick --seed 7 --topology {out}/topo.toml --report-dir {out}/haproxy || true
 ip netns exec {run} {snag} ctl --api 10.214.1.2:8474 --token t0ken list > {out}/left.txt
 for i in 1 2 3; do ip netns exec {run} curl -sf http://10.214.2.2:900$i/stats > {out}/stats-$i.json; done
 "#
@@ -110,8 +155,8 @@ for i in 1 2 3; do ip netns exec {run} curl -sf http://10.214.2.2:900$i/stats > 
         ]),
         300,
     );
-    let here = reports(&dir.join("here"));
-    let there = reports(&dir.join("there"));
+    let here = reports(&dir.join("here"), CASES);
+    let there = reports(&dir.join("there"), CASES);
     for ((case, h), (_, t)) in here.iter().zip(&there) {
         assert!(passed(h), "{case} here: {h:#}\n{here_out} (exit {code})");
         assert!(passed(t), "{case} elsewhere: {t:#}\n{stdout}");
@@ -135,6 +180,7 @@ for i in 1 2 3; do ip netns exec {run} curl -sf http://10.214.2.2:900$i/stats > 
             assert!(relayed > 0, "{case}: {by_name:#?}");
         }
         assert!(!notes.contains("not applied"), "{case}: {notes}");
+        from_both_generators(case, t);
     }
     // The backends on their host served the data requests, by their own count.
     for i in 1..=3 {
@@ -143,6 +189,12 @@ for i in 1 2 3; do ip netns exec {run} curl -sf http://10.214.2.2:900$i/stats > 
                 .unwrap();
         assert!(stats["served"].as_u64().unwrap() > 100, "{stats}");
     }
+    // A real balancer, started here by its driver, in front of the same parts.
+    let haproxy = reports(&dir.join("haproxy"), "share-rr@haproxy");
+    let (_, h) = &haproxy[0];
+    assert!(passed(h), "share-rr with HAProxy: {h:#}\n{stdout}");
+    assert_eq!(h["balancer_under_test"], "haproxy");
+    from_both_generators("share-rr with HAProxy", h);
     // Each case deleted the interposers it made when it ended.
     let left = std::fs::read_to_string(dir.join("left.txt")).unwrap();
     assert!(!left.contains("10.214.1.2:700"), "{left}");

@@ -155,7 +155,10 @@ impl Bench {
     /// Takes what the person running the cases chose: where the parts listen, and
     /// what the balancer speaks to the backends.
     pub fn set_up(&mut self, setup: super::Setup) {
-        self.ports = setup.ports;
+        self.ports = match setup.topology.here {
+            Some(ip) => setup.ports.on(ip),
+            None => setup.ports,
+        };
         self.asked = setup.protocol;
         self.topology = setup.topology;
         if let Some(protocol) = setup.protocol {
@@ -205,7 +208,12 @@ impl Bench {
             self.report.events.push(event);
         }
         self.report.checks.extend(report.checks);
-        self.report.notes.extend(report.notes);
+        for note in report.notes {
+            // Each run says where its parts ran; once is enough.
+            if !self.report.notes.contains(&note) {
+                self.report.notes.push(note);
+            }
+        }
         self.report
             .backends_overslept
             .extend(report.backends_overslept);

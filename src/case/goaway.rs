@@ -164,7 +164,7 @@ async fn run_with(
             (format!("keep-alive GETs, {how}"), gets),
             (format!("POSTs with x-request-id, {how}"), posts),
         ])
-        .await
+        .await?
         .into_iter();
     let (gets, posts) = (
         reports.next().expect("two runs"),

@@ -73,7 +73,7 @@ async fn health_exclude(b: &mut Bench) -> anyhow::Result<()> {
     let mut plan = b.plan(lb, "/");
     plan.arrivals = Arrivals::Closed { connections: 6 };
     plan.duration = b.secs(7.0);
-    let r = b.load("rr, checks every 100 ms", plan).await;
+    let r = b.load("rr, checks every 100 ms", plan).await?;
     let (sick, well) = (b.timeline_s(2.0), b.timeline_s(5.0));
     let t = b.transitions("b");
     let down = t.iter().find(|t| t.to == "down" && t.at_s >= sick - 0.05);
@@ -138,7 +138,7 @@ async fn probe_loss(b: &mut Bench) -> anyhow::Result<()> {
         plan.arrivals = Arrivals::Closed { connections: 6 };
         plan.duration = run.secs(6.0);
         let label = format!("checker with fall {fall}");
-        let r = run.load(&label, plan).await;
+        let r = run.load(&label, plan).await?;
         let downs = run
             .transitions("b")
             .iter()
@@ -207,7 +207,7 @@ async fn grpc_probe_loss(b: &mut Bench) -> anyhow::Result<()> {
         plan.grpc = true;
         plan.arrivals = Arrivals::Closed { connections: 6 };
         plan.duration = run.secs(6.0);
-        let r = run.load(&format!("gRPC calls, {label}"), plan).await;
+        let r = run.load(&format!("gRPC calls, {label}"), plan).await?;
         let t = run.transitions("b");
         let downs = t.iter().filter(|t| t.to == "down").count();
         let ups = t.iter().filter(|t| t.to == "up").count();
@@ -260,7 +260,7 @@ async fn data_loss(b: &mut Bench) -> anyhow::Result<()> {
     let mut plan = b.plan(lb, "/");
     plan.arrivals = Arrivals::Closed { connections: 6 };
     plan.duration = b.secs(5.0);
-    let r = b.load("rr, checks every 100 ms", plan).await;
+    let r = b.load("rr, checks every 100 ms", plan).await?;
     let t = b.transitions("b");
     b.check(
         "b is never taken out of rotation: its probes pass",
@@ -311,7 +311,7 @@ async fn hysteresis(b: &mut Bench) -> anyhow::Result<()> {
         plan.arrivals = Arrivals::Closed { connections: 4 };
         plan.duration = run.secs(8.0);
         let label = format!("rise {threshold}, fall {threshold}");
-        let r = run.load(&label, plan).await;
+        let r = run.load(&label, plan).await?;
         let changes = run.transitions("b").len();
         b.figure(
             label,

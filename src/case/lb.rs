@@ -119,7 +119,7 @@ async fn lb01(b: &mut Bench) -> anyhow::Result<()> {
     let mut plan = b.plan(lb, "/");
     plan.arrivals = Arrivals::Closed { connections: 8 };
     plan.duration = b.secs(6.0);
-    let r = b.load("baseline, 8 connections", plan).await;
+    let r = b.load("baseline, 8 connections", plan).await?;
     let (fair, listed) = even(&r, 3, 2.0);
     b.check("every share within ±2% of 33.3%", fair, listed);
     let p99 = r.latency_ms.p99.unwrap_or(f64::INFINITY);
@@ -155,7 +155,7 @@ async fn lb06(b: &mut Bench) -> anyhow::Result<()> {
         started + b.secs(3.5).as_secs_f64(),
     );
     let restart = b.kill_and_restart(kill_s, back_s)?;
-    let r = b.load("8 connections through the balancer", plan).await;
+    let r = b.load("8 connections through the balancer", plan).await?;
     let restarted = restart.await??;
     b.report_event(kill_s, "balancer killed");
     let back = b.adopt(restarted);
@@ -223,7 +223,7 @@ async fn lb07(b: &mut Bench) -> anyhow::Result<()> {
             ("6 sessions, one connection each".into(), spread),
             ("one hot session on 6 connections".into(), hot),
         ])
-        .await;
+        .await?;
     let hot_backends: Vec<&str> = reports[1]
         .backends
         .iter()

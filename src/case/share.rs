@@ -88,7 +88,7 @@ async fn share_rr(b: &mut Bench) -> anyhow::Result<()> {
     let mut plan = b.plan(lb, "/");
     plan.arrivals = Arrivals::Closed { connections: 12 };
     plan.duration = b.secs(5.0);
-    let r = b.load("round robin, 12 connections", plan).await;
+    let r = b.load("round robin, 12 connections", plan).await?;
     let shares = shares(&r);
     let even = shares.len() == 3 && shares.iter().all(|(_, s)| (s - 100.0 / 3.0).abs() <= 1.0);
     b.check("every share within ±1% of 33.3%", even, listed(&shares));
@@ -154,13 +154,13 @@ async fn slow(b: &mut Bench, strategy: Strategy) -> anyhow::Result<()> {
     let mut plan = b.plan(lb, "/");
     plan.arrivals = Arrivals::Closed { connections: 12 };
     plan.duration = b.secs(4.0);
-    let even = b.load("identical instances", plan.clone()).await;
+    let even = b.load("identical instances", plan.clone()).await?;
     parts[2]
         .backend
         .set_delay(Duration::from_millis(50))
         .await?;
     b.event(EventKind::Fault, "c: 50 ms slower");
-    let slow = b.load("c 50 ms slower", plan.clone()).await;
+    let slow = b.load("c 50 ms slower", plan.clone()).await?;
     let c = |r: &Report| {
         shares(r)
             .iter()
@@ -202,7 +202,7 @@ async fn slow(b: &mut Bench, strategy: Strategy) -> anyhow::Result<()> {
             );
             parts[2].backend.set_delay(Duration::ZERO).await?;
             b.event(EventKind::Fault, "c: recovered");
-            let back = b.load("c recovered", plan).await;
+            let back = b.load("c recovered", plan).await?;
             b.figure("c recovered", summary(&back));
             b.check(
                 "after recovery it gets at least 25% again",
@@ -234,7 +234,7 @@ async fn sticky(b: &mut Bench) -> anyhow::Result<()> {
         header: "x-session".parse().expect("valid"),
         cookie: None,
     });
-    let r = b.load("4 sessions, hash on x-session", plan).await;
+    let r = b.load("4 sessions, hash on x-session", plan).await?;
     let placed: Vec<String> = r
         .sessions
         .iter()
@@ -311,7 +311,7 @@ async fn kill_during_run(b: &mut Bench) -> anyhow::Result<()> {
         plan.arrivals = Arrivals::Closed { connections: 12 };
         plan.duration = run.secs(6.0);
         let started = run.now_s();
-        let r = run.load(&label, plan).await;
+        let r = run.load(&label, plan).await?;
         let killed = run.timeline_s(2.0);
         let share = 100.0 * r.errors as f64 / r.sent.max(1) as f64;
         let mut detail = format!("{share:.2}% errors ({} of {})", r.errors, r.sent);

@@ -94,7 +94,7 @@ async fn spike(b: &mut Bench, variant: Variant) -> anyhow::Result<()> {
         Variant::Ramp => "ramp 100 → 900/s",
         Variant::Retry => "step 100 → 900/s, one retry after 200 ms",
     };
-    let r = b.load(label, plan).await;
+    let r = b.load(label, plan).await?;
     let spike_end = to.as_secs_f64();
     let offered = r.offered.unwrap_or(0);
     let first_sends = r.sent - r.retries;

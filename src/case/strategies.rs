@@ -89,7 +89,7 @@ async fn phases(
             header: "x-session".parse().expect("valid"),
             cookie: None,
         });
-        reports.push(run.load(&format!("{strategy}: {name}"), plan).await);
+        reports.push(run.load(&format!("{strategy}: {name}"), plan).await?);
     }
     b.absorb(run).await;
     Ok(reports)

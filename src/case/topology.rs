@@ -11,10 +11,20 @@
 //! token_file = "/run/secrets/snag" # or token = "…"; neither: no token
 //! listen = "10.0.1.2:7001"         # its data listener, where the balancer sends
 //! probe_listen = "10.0.1.2:7002"   # its probe listener, where health checks go
+//!
+//! [generator.g1]                   # `snag serve --generator` on another host
+//! api = "10.0.3.2:8474"
+//! token = "…"
+//!
+//! [here]
+//! address = "10.0.0.1"             # where the others reach this host
 //! ```
 //!
 //! An interposer elsewhere needs its backend elsewhere too: a backend started here
-//! listens on loopback, which another machine cannot reach.
+//! listens on loopback, which another machine cannot reach. With generators
+//! elsewhere, each load run of the case is split into one shard per generator,
+//! started together, and merged; the parts started here listen on `here.address`,
+//! so that the generators reach the balancer.
 
 use std::{collections::BTreeMap, net::SocketAddr, path::Path};
 
@@ -27,6 +37,19 @@ pub struct Topology {
     pub backends: BTreeMap<String, SocketAddr>,
     /// Interposers: the `snag serve` to make each in, and where it listens.
     pub interposers: BTreeMap<String, Interposer>,
+    /// Generators: the `snag serve --generator` of each, by name.
+    pub generators: BTreeMap<String, Api>,
+    /// Where the other hosts reach this one; parts started here listen there.
+    pub here: Option<std::net::IpAddr>,
+}
+
+/// A control API elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Api {
+    /// Its address.
+    pub api: SocketAddr,
+    /// Its bearer token, if it asks for one.
+    pub token: Option<String>,
 }
 
 /// An interposer made through the control API of a `snag serve` elsewhere.
@@ -49,6 +72,23 @@ struct FileDef {
     backend: BTreeMap<String, BackendDef>,
     #[serde(default)]
     interposer: BTreeMap<String, InterposerDef>,
+    #[serde(default)]
+    generator: BTreeMap<String, GeneratorDef>,
+    here: Option<HereDef>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GeneratorDef {
+    api: SocketAddr,
+    token: Option<String>,
+    token_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HereDef {
+    address: std::net::IpAddr,
 }
 
 #[derive(Deserialize)]
@@ -98,27 +138,41 @@ impl Topology {
                 .map(|(n, b)| (n, b.address))
                 .collect(),
             interposers: BTreeMap::new(),
+            generators: BTreeMap::new(),
+            here: def.here.map(|h| h.address),
         };
+        let token = |what: &str, token: Option<String>, file: Option<std::path::PathBuf>| match (
+            token, file,
+        ) {
+            (Some(_), Some(_)) => Err(whole(format!(
+                "{what}: token and token_file both given; keep one"
+            ))),
+            (Some(t), None) => Ok(Some(t)),
+            (None, Some(file)) => {
+                let file = path.parent().unwrap_or(Path::new(".")).join(file);
+                let token = std::fs::read_to_string(&file).map_err(|e| {
+                    whole(format!(
+                        "{what}: could not read token_file {}: {e}",
+                        file.display()
+                    ))
+                })?;
+                Ok(Some(token.trim().to_string()))
+            }
+            (None, None) => Ok(None),
+        };
+        for (name, g) in def.generator {
+            let token = token(&format!("generator {name}"), g.token, g.token_file)?;
+            topology.generators.insert(name, Api { api: g.api, token });
+        }
+        if !topology.generators.is_empty() && topology.here.is_none() {
+            return Err(whole(
+                "generators elsewhere send to the balancer here, which must listen where \
+                 they reach it: give [here] address"
+                    .into(),
+            ));
+        }
         for (name, i) in def.interposer {
-            let token = match (i.token, i.token_file) {
-                (Some(_), Some(_)) => {
-                    return Err(whole(format!(
-                        "interposer {name}: token and token_file both given; keep one"
-                    )));
-                }
-                (Some(t), None) => Some(t),
-                (None, Some(file)) => {
-                    let file = path.parent().unwrap_or(Path::new(".")).join(file);
-                    let token = std::fs::read_to_string(&file).map_err(|e| {
-                        whole(format!(
-                            "interposer {name}: could not read token_file {}: {e}",
-                            file.display()
-                        ))
-                    })?;
-                    Some(token.trim().to_string())
-                }
-                (None, None) => None,
-            };
+            let token = token(&format!("interposer {name}"), i.token, i.token_file)?;
             if !topology.backends.contains_key(&name) {
                 return Err(whole(format!(
                     "interposer {name} runs elsewhere but backend {name} does not: give \
@@ -148,7 +202,7 @@ impl Topology {
 
     /// Whether nothing runs elsewhere.
     pub fn is_empty(&self) -> bool {
-        self.backends.is_empty() && self.interposers.is_empty()
+        self.backends.is_empty() && self.interposers.is_empty() && self.generators.is_empty()
     }
 }
 

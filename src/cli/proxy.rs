@@ -154,6 +154,10 @@ pub struct ServeArgs {
     /// Serve the process's memory and open descriptors on /metrics.
     #[arg(long)]
     pub runtime_metrics: bool,
+    /// Also run load shards that `snag case --topology` sends (`POST /load`): this
+    /// host becomes one of the case's generators.
+    #[arg(long)]
+    pub generator: bool,
     /// How proxies treat upstreams and shutdown.
     #[command(flatten)]
     pub run: RunArgs,

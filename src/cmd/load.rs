@@ -20,7 +20,10 @@ pub async fn run(args: LoadArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         return merge(&results, json);
     }
     let (json, start_at, result) = (args.json, args.start_at, args.result.clone());
-    let host = args.host_name.clone().unwrap_or_else(host_name);
+    let host = args
+        .host_name
+        .clone()
+        .unwrap_or_else(lab::remote::host_name);
     let plan = plan(args).await?;
     if !json {
         say!("{}", describe(&plan));
@@ -28,7 +31,7 @@ pub async fn run(args: LoadArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     if let Some(at) = start_at {
         wait_until(at, json, &shutdown).await?;
     }
-    let started_at_ms = unix_ms(SystemTime::now());
+    let started_at_ms = lab::remote::unix_ms(SystemTime::now());
     if !json {
         say!("{}", Row::header());
     }
@@ -83,41 +86,15 @@ fn merge(paths: &[PathBuf], json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits for the wall clock to reach `at`; one already past by more than a second
-/// is an error (shards meant to start together would not).
+/// Waits for the wall clock to reach `at`, saying so; one already past by more
+/// than a second is an error (shards meant to start together would not).
 async fn wait_until(at: SystemTime, json: bool, shutdown: &Shutdown) -> anyhow::Result<()> {
-    let now = SystemTime::now();
-    match at.duration_since(now) {
-        Ok(wait) => {
-            if !json {
-                say!("waiting {:.1} s for --start-at", wait.as_secs_f64());
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => Ok(()),
-                _ = shutdown.wait() => Err(anyhow::anyhow!("stopped before --start-at")),
-            }
-        }
-        Err(late) if late.duration() <= std::time::Duration::from_secs(1) => Ok(()),
-        Err(late) => Err(UsageError(format!(
-            "--start-at was {:.1} s ago: the other shards began without this one",
-            late.duration().as_secs_f64()
-        ))
-        .into()),
+    if let (Ok(wait), false) = (at.duration_since(SystemTime::now()), json) {
+        say!("waiting {:.1} s for --start-at", wait.as_secs_f64());
     }
-}
-
-fn unix_ms(at: SystemTime) -> u64 {
-    at.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// This machine's name (a pod's, in Kubernetes).
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into())
+    lab::remote::wait_until(at, shutdown)
+        .await
+        .map_err(|why| UsageError(format!("--start-at: {why}")).into())
 }
 
 async fn plan(args: LoadArgs) -> anyhow::Result<Plan> {

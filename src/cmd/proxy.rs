@@ -140,6 +140,7 @@ pub async fn serve(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         metrics,
         files: Some(args.files_dir.clone()),
         header_timeout: args.header_timeout,
+        generator: args.generator,
     };
     let api = api::Api::new(context, settings, shutdown.clone());
     match scenario {

@@ -4,15 +4,18 @@
 
 use std::{
     fmt, io,
-    net::{Ipv4Addr, SocketAddr, TcpListener},
+    net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener},
     str::FromStr,
     sync::{Arc, Mutex},
 };
 
-/// Hands out loopback listeners, inside a range if one is set.
+/// Hands out listeners on loopback (or on the address other hosts reach this one
+/// at), inside a range if one is set.
 #[derive(Debug, Clone, Default)]
 pub struct Ports {
     range: Option<Arc<Range>>,
+    /// `None`: 127.0.0.1.
+    ip: Option<IpAddr>,
 }
 
 #[derive(Debug)]
@@ -49,6 +52,7 @@ impl FromStr for Ports {
                 last,
                 next: Mutex::new(first),
             })),
+            ip: None,
         })
     }
 }
@@ -63,11 +67,21 @@ impl fmt::Display for Ports {
 }
 
 impl Ports {
+    /// These ports on `ip` instead of loopback: for parts other hosts must reach.
+    pub fn on(mut self, ip: IpAddr) -> Ports {
+        self.ip = Some(ip);
+        self
+    }
+
+    fn ip(&self) -> IpAddr {
+        self.ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    }
+
     /// A loopback listener: on a port the kernel picks, or the next free one in
     /// the range; `Err` when every port of the range is taken.
     pub fn bind(&self) -> io::Result<TcpListener> {
         let Some(range) = &self.range else {
-            return TcpListener::bind((Ipv4Addr::LOCALHOST, 0));
+            return TcpListener::bind((self.ip(), 0));
         };
         let mut next = range.next.lock().expect("no code panics holding it");
         let count = u32::from(range.last - range.first) + 1;
@@ -78,7 +92,7 @@ impl Ports {
             } else {
                 port + 1
             };
-            if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+            if let Ok(listener) = TcpListener::bind((self.ip(), port)) {
                 return Ok(listener);
             }
         }
@@ -110,7 +124,7 @@ impl Ports {
     pub fn any(&self) -> io::Result<SocketAddr> {
         match &self.range {
             Some(_) => self.free(),
-            None => Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+            None => Ok(SocketAddr::from((self.ip(), 0))),
         }
     }
 

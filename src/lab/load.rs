@@ -14,6 +14,7 @@
 
 mod merge;
 mod plan;
+pub mod remote;
 mod report;
 mod shard;
 mod tally;

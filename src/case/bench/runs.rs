@@ -28,8 +28,20 @@ impl Bench {
         posts
     }
 
-    /// Runs the generator, telling its progress once a second, and keeps its report.
-    pub async fn load(&mut self, label: &str, plan: Plan) -> load::Report {
+    /// Runs the generator, telling its progress once a second, and keeps its report;
+    /// with generators elsewhere, one shard on each, merged.
+    pub async fn load(&mut self, label: &str, plan: Plan) -> anyhow::Result<load::Report> {
+        if !self.topology.generators.is_empty() {
+            let started_s = self.now_s();
+            let report = merged(self.elsewhere(&plan)?).await?;
+            self.figure(format!("{label}: generators"), hosts(&report));
+            self.report.runs.push(Run {
+                label: label.into(),
+                started_s,
+                load: report.clone(),
+            });
+            return Ok(report);
+        }
         let started_s = self.now_s();
         let (case, total_s) = (self.case.name, plan.watch.max(plan.duration).as_secs_f64());
         let (mut sent, mut ok, mut errors) = (0, 0, 0);
@@ -56,18 +68,33 @@ impl Bench {
             started_s,
             load: report.clone(),
         });
-        report
+        Ok(report)
     }
 
     /// Runs several plans at once (progress shows the first) and keeps their reports.
-    pub async fn loads(&mut self, plans: Vec<(String, Plan)>) -> Vec<load::Report> {
+    pub async fn loads(&mut self, plans: Vec<(String, Plan)>) -> anyhow::Result<Vec<load::Report>> {
         let started_s = self.now_s();
         let shutdown = self.shutdown.clone();
-        let runs = plans.iter().map(|(_, plan)| {
-            let (plan, shutdown) = (plan.clone(), shutdown.clone());
-            async move { load::run(plan, shutdown, |_| {}).await.report }
-        });
-        let reports = futures_join(runs.collect()).await;
+        let reports = if self.topology.generators.is_empty() {
+            let runs = plans.iter().map(|(_, plan)| {
+                let (plan, shutdown) = (plan.clone(), shutdown.clone());
+                async move { load::run(plan, shutdown, |_| {}).await.report }
+            });
+            futures_join(runs.collect()).await
+        } else {
+            // Every plan's shards sent before any is waited for: they run at once.
+            let mut runs = Vec::new();
+            for (_, plan) in &plans {
+                runs.push(self.elsewhere(plan)?);
+            }
+            let mut reports = Vec::new();
+            for (shards, (label, _)) in runs.into_iter().zip(&plans) {
+                let report = merged(shards).await?;
+                self.figure(format!("{label}: generators"), hosts(&report));
+                reports.push(report);
+            }
+            reports
+        };
         for ((label, _), report) in plans.iter().zip(&reports) {
             self.report.runs.push(Run {
                 label: label.clone(),
@@ -75,13 +102,75 @@ impl Bench {
                 load: report.clone(),
             });
         }
-        reports
+        Ok(reports)
+    }
+
+    /// Sends `plan` as one shard to each generator elsewhere, to begin together a
+    /// second from now: a task per generator, ending with its shard's result.
+    fn elsewhere(&self, plan: &Plan) -> anyhow::Result<Vec<Shard>> {
+        use crate::lab::load::remote::{PlanWire, ShardRequest, unix_ms};
+        let wire = PlanWire::try_from(plan).map_err(|why| Unsupported {
+            product: "this topology".into(),
+            why,
+        })?;
+        let generators = &self.topology.generators;
+        let count = generators.len() as u64;
+        let start_at_ms = unix_ms(std::time::SystemTime::now()) + 1000;
+        let mut shards = Vec::new();
+        for ((name, g), index) in generators.iter().zip(0..) {
+            let request = ShardRequest {
+                plan: wire.clone(),
+                shard: load::Shard { index, count },
+                start_at_ms,
+                host: Some(name.clone()),
+            };
+            let body = serde_json::to_value(&request)?;
+            let client = crate::api::client::Client::new(g.api, g.token.clone());
+            let what = format!("generator {name} at {}", g.api);
+            shards.push(tokio::spawn(async move {
+                let value = client
+                    .call(hyper::Method::POST, "/load", Some(body))
+                    .await
+                    .with_context(|| what.clone())?;
+                serde_json::from_value::<load::ShardResult>(value)
+                    .with_context(|| format!("{what}: not a shard result"))
+            }));
+        }
+        Ok(shards)
     }
 
     /// The instant `at_s` seconds into the case, for parts a case drives on its own.
     pub fn instant(&self, at_s: f64) -> Instant {
         self.t0 + Duration::from_secs_f64(at_s.max(0.0))
     }
+}
+
+/// A shard sent to a generator elsewhere: its result when the run is over.
+type Shard = tokio::task::JoinHandle<anyhow::Result<load::ShardResult>>;
+
+/// The report one generator would have made, from every shard's result.
+async fn merged(shards: Vec<Shard>) -> anyhow::Result<load::Report> {
+    let mut results = Vec::new();
+    for shard in shards {
+        results.push(shard.await.context("a shard's task")??);
+    }
+    load::merge(results).map_err(anyhow::Error::msg)
+}
+
+/// What each generator of a merged run did, and how far apart they began.
+fn hosts(r: &load::Report) -> String {
+    let each: Vec<String> = r
+        .hosts
+        .iter()
+        .map(|h| format!("{} {} ok, {} errors", h.host, h.ok, h.errors))
+        .collect();
+    let spread = r
+        .hosts
+        .iter()
+        .map(|h| h.started_after_ms)
+        .max()
+        .unwrap_or(0);
+    format!("{}; began within {spread} ms", each.join("; "))
 }
 
 /// Awaits every future, each in its own task so that they run at once.

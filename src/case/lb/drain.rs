@@ -85,7 +85,7 @@ async fn drain_under_load(b: &mut Bench, file: &'static str) -> anyhow::Result<V
         Ok(()) => runs.push(("HTTP/2 streams, 4 long-lived connections".into(), streams)),
         Err(e) => b.note(format!("{e}: the HTTP/2 streams run is left out")),
     }
-    let reports = b.loads(runs).await;
+    let reports = b.loads(runs).await?;
     drainer.await??;
     b.report_event(drain_at, "balancer: b set draining");
     let after = b.data_between("b", drain_at + 0.2, b.now_s());

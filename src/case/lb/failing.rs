@@ -27,7 +27,7 @@ pub(super) async fn lb02(b: &mut Bench) -> anyhow::Result<()> {
     let started = b.now_s();
     let r = b
         .load("rr, checks every 500 ms, rise 2, fall 2", plan)
-        .await;
+        .await?;
     let (stop, back) = (b.timeline_s(2.0), b.timeline_s(5.0));
     let t = b.transitions("b");
     let down = t.iter().find(|t| t.to == "down").map(|t| t.at_s);
@@ -120,7 +120,7 @@ pub(super) async fn lb03(b: &mut Bench) -> anyhow::Result<()> {
         plan.duration = run.secs(5.0);
         plan.expect_body = Some("{\"id\":".into());
         let started = run.now_s();
-        let r = run.load(label, plan).await;
+        let r = run.load(label, plan).await?;
         let broken = run.timeline_s(1.0);
         let down = run
             .transitions("b")
@@ -199,7 +199,7 @@ pub(super) async fn lb04(b: &mut Bench) -> anyhow::Result<()> {
         } else {
             format!("max_fails {max_fails}")
         };
-        let r = run.load(&label, plan).await;
+        let r = run.load(&label, plan).await?;
         let (retries, requests) = (balancer.retries().await.unwrap_or(0), r.sent);
         let share = 100.0 * retries as f64 / requests.max(1) as f64;
         b.figure(
@@ -247,7 +247,7 @@ pub(super) async fn lb08(b: &mut Bench) -> anyhow::Result<()> {
     let mut plan = b.plan(lb, "/");
     plan.arrivals = Arrivals::Closed { connections: 8 };
     plan.duration = b.secs(8.0);
-    let r = b.load("wrr, slow start 3 s", plan).await;
+    let r = b.load("wrr, slow start 3 s", plan).await?;
     let t = b.transitions("b");
     let downs = t.iter().filter(|t| t.to == "down").count();
     let ups: Vec<f64> = t.iter().filter(|t| t.to == "up").map(|t| t.at_s).collect();
