@@ -92,13 +92,18 @@ pub enum Error {
     /// The body did not arrive within the time allowed.
     #[error("request body not received within {0:?}")]
     SlowBody(Duration),
+    /// No such file in the files directory.
+    #[error("file not found")]
+    FileNotFound,
 }
 
 impl Error {
     /// The HTTP status this error answers with.
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::ProxyNotFound | Error::ToxicNotFound => StatusCode::NOT_FOUND,
+            Error::ProxyNotFound | Error::ToxicNotFound | Error::FileNotFound => {
+                StatusCode::NOT_FOUND
+            }
             Error::ProxyExists | Error::ToxicExists => StatusCode::CONFLICT,
             Error::Listen(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -327,6 +332,7 @@ pub async fn call(api: &Api, method: &Method, path: &str, body: &Bytes) -> Reply
         ["proxies", _, "stats"] | ["proxies", _, "config"] => &[Method::GET],
         ["proxies", _, "stats", "reset"] => &[Method::POST],
         ["proxies", _, "toxics"] => &[Method::GET, Method::POST],
+        ["files", _] => &[Method::GET],
         _ => return plain(StatusCode::NOT_FOUND, "404 page not found\n"),
     };
     if !allowed.contains(method) {
@@ -429,6 +435,15 @@ async fn route(api: &Api, method: &Method, segments: &[&str], body: &Bytes) -> R
             .and_then(|_| decode::<Value>(body))
             .and_then(|v| registry.update_toxic(name, toxic, &v))
             .map(|t| json(StatusCode::OK, &t)),
+        // A proxy's own capture or event log, for whoever cannot read this disk.
+        (_, ["files", name]) => registry.file(name).map(|bytes| {
+            let mut reply = Response::new(Full::new(Bytes::from(bytes)));
+            reply.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            reply
+        }),
         _ => unreachable!("handle matched the path already"),
     };
     result.unwrap_or_else(|e| error(&e))

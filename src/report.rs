@@ -215,6 +215,10 @@ pub struct CaseReport {
     /// Why the host was too busy to judge the case, if it was: with a failed check,
     /// the verdict is HOST.
     pub host_evidence: Vec<String>,
+    /// The event log of each interposer that ran elsewhere (`--topology`), one JSON
+    /// object per event, fetched from its server when the case ended.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub interposer_events: std::collections::BTreeMap<String, Vec<serde_json::Value>>,
 }
 
 impl CaseReport {

@@ -834,5 +834,24 @@ async fn files_named_through_the_api_stay_in_the_files_directory() {
         "handshakes, data and FINs on both legs: {flags:?}"
     );
     assert!(event_kinds(&files.join("web.jsonl")).contains(&"fault_added".to_string()));
+    // Both come back over the API, byte for byte, for whoever cannot read this disk;
+    // names outside the directory do not.
+    let client = snag::api::client::Client::new(api, None);
+    for name in ["web.jsonl", "web.pcapng"] {
+        let path = format!("/files/{name}");
+        let fetched = client.fetch(hyper::Method::GET, &path, None).await.unwrap();
+        assert_eq!(fetched, std::fs::read(files.join(name)).unwrap(), "{name}");
+    }
+    for (path, status) in [
+        ("/files/missing.jsonl", 404),
+        ("/files/trap.pcapng", 400),
+        ("/files/link", 400),
+        ("/files/..%2Fescape.pcapng", 404),
+        ("/files/..", 400),
+        ("/files/a/b", 404),
+    ] {
+        let reply = common::http(api, "GET", path, "", &[]).await;
+        assert_eq!(reply.status, status, "{path}: {}", reply.body);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -180,6 +180,22 @@ for i in 1 2 3; do ip netns exec {run} curl -sf http://10.214.2.2:900$i/stats > 
             assert!(relayed > 0, "{case}: {by_name:#?}");
         }
         assert!(!notes.contains("not applied"), "{case}: {notes}");
+        // Each interposer's event log came back from its server: every probe it
+        // relayed, those the fault dropped among them (status 0).
+        for id in ["a", "b", "c"] {
+            let probes: Vec<u64> = t["interposer_events"][id]
+                .as_array()
+                .unwrap_or_else(|| panic!("{case}: no event log of {id}"))
+                .iter()
+                .filter(|e| e["event"] == "probe")
+                .map(|e| e["status"].as_u64().unwrap())
+                .collect();
+            if case == "probe-loss" {
+                let lost = probes.iter().filter(|s| **s == 0).count();
+                assert!(!probes.is_empty(), "{case}: {id}");
+                assert_eq!(lost > 0, id == "b", "{case}: {id}: {probes:?}");
+            }
+        }
         from_both_generators(case, t);
     }
     // The backends on their host served the data requests, by their own count.

@@ -36,14 +36,29 @@ impl Client {
         self.addr
     }
 
-    /// One request; `Err` carries the API's own error text and the path. A kept
-    /// connection the server closed meanwhile is made again once.
+    /// One request; its answer as JSON. `Err` carries the API's own error text and
+    /// the path. A kept connection the server closed meanwhile is made again once.
     pub async fn call(
         &self,
         method: Method,
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<Value> {
+        let bytes = self.fetch(method, path, body).await?;
+        Ok(if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        })
+    }
+
+    /// [`Client::call`], its answer as bytes.
+    pub async fn fetch(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Bytes> {
         let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
         let mut conn = self.conn.lock().await;
         let mut fresh = false;
@@ -77,19 +92,15 @@ impl Client {
             .await
             .with_context(|| format!("{path} at {}: the answer broke off", self.addr))?
             .to_bytes();
-        let value: Value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
-        };
         if !status.is_success() {
+            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             let why = value["error"].as_str().map_or_else(
                 || String::from_utf8_lossy(&bytes).trim().to_string(),
                 String::from,
             );
             bail!("{path}: {why} ({status})");
         }
-        Ok(value)
+        Ok(bytes)
     }
 
     async fn connect(&self) -> anyhow::Result<SendRequest<Full<Bytes>>> {

@@ -111,6 +111,7 @@ impl Bench {
                 host: None,
                 backends_overslept: Vec::new(),
                 host_evidence: Vec::new(),
+                interposer_events: Default::default(),
             },
             shutdown,
             parts: Vec::new(),
@@ -208,6 +209,13 @@ impl Bench {
             self.report.events.push(event);
         }
         self.report.checks.extend(report.checks);
+        for (name, events) in report.interposer_events {
+            self.report
+                .interposer_events
+                .entry(name)
+                .or_default()
+                .extend(events);
+        }
         for note in report.notes {
             // Each run says where its parts ran; once is enough.
             if !self.report.notes.contains(&note) {

@@ -114,6 +114,25 @@ impl Registry {
     /// `name` inside the files directory, if it stays there: a relative path without
     /// `..`, whose directory is inside the files directory once symlinks are
     /// resolved, and which is not itself a symlink.
+    /// The file `name` in the files directory, whole; one too large to answer in
+    /// one body is refused with where to find it.
+    pub fn file(&self, name: &str) -> Result<Vec<u8>, Error> {
+        const LIMIT: u64 = 256 << 20;
+        let path = self.confined(name)?;
+        let meta = std::fs::metadata(&path).map_err(|_| Error::FileNotFound)?;
+        if !meta.is_file() {
+            return Err(Error::FileNotFound);
+        }
+        if meta.len() > LIMIT {
+            return Err(Error::Invalid(format!(
+                "file `{name}`: {} bytes, more than the API sends ({LIMIT}); copy it from {}",
+                meta.len(),
+                path.display()
+            )));
+        }
+        std::fs::read(&path).map_err(|e| Error::Invalid(format!("file `{name}`: {e}")))
+    }
+
     fn confined(&self, name: &str) -> Result<PathBuf, Error> {
         let dir = self.files.as_ref().ok_or_else(|| {
             Error::Invalid(format!(

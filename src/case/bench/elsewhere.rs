@@ -200,6 +200,8 @@ impl Started {
 pub struct RemoteProxy {
     name: String,
     client: Client,
+    /// Its event log, a file in its server's files directory.
+    events: String,
     /// Timeline changes the server refused, for the report.
     refused: Arc<Mutex<Vec<String>>>,
 }
@@ -230,7 +232,14 @@ impl RemoteProxy {
         let _ = client
             .call(Method::DELETE, &format!("/proxies/{name}"), None)
             .await;
+        // Unique to this run, so that runs sharing a server never share a log.
+        let events = format!(
+            "snag-case-{name}-{}-{}.jsonl",
+            std::process::id(),
+            crate::lab::load::remote::unix_ms(std::time::SystemTime::now())
+        );
         let body = json!({
+            "events": events,
             "name": name,
             "listen": at.listen.to_string(),
             "upstream": upstream.to_string(),
@@ -249,6 +258,7 @@ impl RemoteProxy {
         let remote = RemoteProxy {
             name,
             client,
+            events,
             refused: Arc::default(),
         };
         for fault in &config.faults {
@@ -327,8 +337,9 @@ impl RemoteProxy {
         }
     }
 
-    /// Deletes it from its server, and says what went wrong while it ran.
-    pub async fn end(&self) -> Vec<String> {
+    /// Deletes it from its server (which closes its event log) and fetches that log:
+    /// its events, and what went wrong while it ran.
+    pub async fn end(&self) -> (Vec<serde_json::Value>, Vec<String>) {
         let mut said = std::mem::take(
             &mut *self
                 .refused
@@ -343,6 +354,20 @@ impl RemoteProxy {
                 self.client.addr()
             ));
         }
-        said
+        let path = format!("/files/{}", self.events);
+        let events = match self.client.fetch(Method::GET, &path, None).await {
+            Ok(bytes) => bytes
+                .split(|b| *b == b'\n')
+                .filter_map(|line| serde_json::from_slice(line).ok())
+                .collect(),
+            Err(err) => {
+                said.push(format!(
+                    "interposer {}: its event log could not be fetched: {err:#}",
+                    self.name
+                ));
+                Vec::new()
+            }
+        };
+        (events, said)
     }
 }

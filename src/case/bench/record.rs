@@ -141,7 +141,13 @@ impl Bench {
         }
         for p in &self.parts {
             if let Interposer::Elsewhere(remote) = &p.proxy {
-                self.report.notes.extend(remote.end().await);
+                let (events, said) = remote.end().await;
+                self.report.notes.extend(said);
+                self.report
+                    .interposer_events
+                    .entry(p.name.clone())
+                    .or_default()
+                    .extend(events);
             }
         }
         self.report.interposers = stats
