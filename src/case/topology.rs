@@ -123,10 +123,7 @@ impl Topology {
     /// Parses topology `text`; `path` names it in messages and anchors `token_file`.
     pub fn parse(path: &Path, text: &str) -> Result<Topology, crate::UsageError> {
         let at = |span: Option<std::ops::Range<usize>>, why: &str| {
-            let start = span.map_or(0, |s| s.start.min(text.len()));
-            let before = &text[..start];
-            let line = before.matches('\n').count() + 1;
-            let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            let (line, col) = crate::fault::file::line_col(text, span.map_or(0, |s| s.start));
             crate::UsageError(format!("topology {}:{line}:{col}: {why}", path.display()))
         };
         let def: FileDef = toml::from_str(text).map_err(|e| at(e.span(), e.message().trim()))?;
@@ -199,11 +196,6 @@ impl Topology {
         }
         Ok(topology)
     }
-
-    /// Whether nothing runs elsewhere.
-    pub fn is_empty(&self) -> bool {
-        self.backends.is_empty() && self.interposers.is_empty() && self.generators.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -241,7 +233,7 @@ mod tests {
             }
         );
         assert!(!t.interposers.contains_key("b"));
-        assert!(parse("").unwrap().is_empty());
+        assert_eq!(parse("").unwrap(), Topology::default());
     }
 
     #[test]

@@ -174,12 +174,19 @@ pub fn load(path: &Path) -> Result<Scenario, Error> {
     parse(&path.display().to_string(), &text)
 }
 
+/// The line and column (from 1) of byte `offset` of `text`, for messages about
+/// TOML files.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, col)
+}
+
 /// Parses and validates fault-file `text`; `path` is only for messages.
 pub fn parse(path: &str, text: &str) -> Result<Scenario, Error> {
     let at = |span: std::ops::Range<usize>, why: String| {
-        let before = &text[..span.start.min(text.len())];
-        let line = before.matches('\n').count() + 1;
-        let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+        let (line, col) = line_col(text, span.start);
         Error::At {
             path: path.to_string(),
             line,

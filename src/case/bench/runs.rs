@@ -31,18 +31,24 @@ impl Bench {
     /// Runs the generator, telling its progress once a second, and keeps its report;
     /// with generators elsewhere, one shard on each, merged.
     pub async fn load(&mut self, label: &str, plan: Plan) -> anyhow::Result<load::Report> {
-        if !self.topology.generators.is_empty() {
-            let started_s = self.now_s();
+        let started_s = self.now_s();
+        let report = if self.topology.generators.is_empty() {
+            self.here(label, plan).await
+        } else {
             let report = merged(self.elsewhere(&plan)?).await?;
             self.figure(format!("{label}: generators"), hosts(&report));
-            self.report.runs.push(Run {
-                label: label.into(),
-                started_s,
-                load: report.clone(),
-            });
-            return Ok(report);
-        }
-        let started_s = self.now_s();
+            report
+        };
+        self.report.runs.push(Run {
+            label: label.into(),
+            started_s,
+            load: report.clone(),
+        });
+        Ok(report)
+    }
+
+    /// One run of the generator here, its progress told once a second.
+    async fn here(&self, label: &str, plan: Plan) -> load::Report {
         let (case, total_s) = (self.case.name, plan.watch.max(plan.duration).as_secs_f64());
         let (mut sent, mut ok, mut errors) = (0, 0, 0);
         let on_progress = self.on_progress.clone();
@@ -63,12 +69,7 @@ impl Bench {
         .await
         .report;
         (self.on_progress)(None);
-        self.report.runs.push(Run {
-            label: label.into(),
-            started_s,
-            load: report.clone(),
-        });
-        Ok(report)
+        report
     }
 
     /// Runs several plans at once (progress shows the first) and keeps their reports.
