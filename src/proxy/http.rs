@@ -423,6 +423,12 @@ static HOP_BY_HOP: [HeaderName; 7] = [
 /// Removes the headers that describe one hop (RFC 9110 §7.6.1), and those the
 /// Connection header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none: one pass over the names costs less than seven
+    // removals (each hashes its name). Connection is among them, so any header it
+    // names is looked for only when it is there.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -452,4 +458,47 @@ fn full(bytes: Bytes) -> ReplyBody {
     Full::new(bytes)
         .map_err(|never: Infallible| match never {})
         .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| (HeaderName::from_static(k), HeaderValue::from_static(v)))
+            .collect()
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go_and_the_rest_stay_in_order() {
+        let end_to_end = [
+            ("content-type", "text/plain"),
+            ("x-a", "1"),
+            ("date", "now"),
+        ];
+        let mut plain = headers(&end_to_end);
+        strip_hop_by_hop(&mut plain);
+        assert_eq!(plain, headers(&end_to_end));
+
+        let mut hop = headers(&[
+            ("content-type", "text/plain"),
+            ("connection", "x-a, Keep-Alive"),
+            ("keep-alive", "timeout=5"),
+            ("x-a", "1"),
+            ("te", "trailers"),
+            ("x-b", "2"),
+        ]);
+        strip_hop_by_hop(&mut hop);
+        assert_eq!(
+            hop,
+            headers(&[("content-type", "text/plain"), ("x-b", "2")])
+        );
+
+        // One hop-by-hop header alone, without Connection naming it.
+        let mut upgrade = headers(&[("upgrade", "websocket"), ("x-a", "1")]);
+        strip_hop_by_hop(&mut upgrade);
+        assert_eq!(upgrade, headers(&[("x-a", "1")]));
+    }
 }

@@ -5,7 +5,7 @@ use std::{
     pin::Pin,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     task::{Context, Poll},
     time::Duration,
@@ -41,6 +41,8 @@ pub(super) struct H2Conn {
     queued: Notify,
     /// Streams forwarded whose responses have not finished.
     processing: AtomicU64,
+    /// Set with the plan: from then on the close waits for `processing` to fall.
+    planned: AtomicBool,
     /// Which streams, by their number on the connection, have decided whether
     /// they go upstream: all up to the first, and those beyond it.
     decided: Mutex<(u64, std::collections::BTreeSet<u64>)>,
@@ -110,8 +112,12 @@ pub(super) struct Processing(Arc<H2Conn>);
 
 impl Drop for Processing {
     fn drop(&mut self) {
-        self.0.processing.fetch_sub(1, Ordering::Relaxed);
-        self.0.changed.notify_waiters();
+        self.0.processing.fetch_sub(1, Ordering::SeqCst);
+        // Only a planned close waits for the count. Without a plan, a wake would
+        // poll the serving loop's waits once more for every response.
+        if self.0.planned.load(Ordering::SeqCst) {
+            self.0.changed.notify_waiters();
+        }
     }
 }
 
@@ -149,7 +155,7 @@ impl H2Conn {
             return None;
         }
         state.forwarded = state.forwarded.max(id);
-        self.processing.fetch_add(1, Ordering::Relaxed);
+        self.processing.fetch_add(1, Ordering::SeqCst);
         Some(Processing(self.clone()))
     }
 
@@ -166,6 +172,7 @@ impl H2Conn {
             return state.last.is_some_and(|last| id > last);
         }
         state.plan = Some((plan, fault.to_string()));
+        self.planned.store(true, Ordering::SeqCst);
         let mut frames = lock(&self.frames);
         let last = match plan.last_stream {
             LastStream::Current => Some(id),
@@ -255,7 +262,7 @@ impl H2Conn {
         if plan.close == Close::AfterStreamsFinish {
             loop {
                 let woken = self.changed.notified();
-                if self.processing.load(Ordering::Relaxed) == 0 {
+                if self.processing.load(Ordering::SeqCst) == 0 {
                     break;
                 }
                 woken.await;
@@ -310,6 +317,38 @@ mod tests {
             conn: conn.clone(),
             number,
         }
+    }
+
+    #[test]
+    fn a_finished_response_wakes_the_serving_loop_only_under_a_planned_close() {
+        let conn = Arc::new(H2Conn::default());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // Without a plan nothing waits for the count: the response's end is silent.
+        let mut changed = std::pin::pin!(conn.changed.notified());
+        changed.as_mut().enable();
+        drop(conn.forward(0).expect("no GOAWAY holds it"));
+        assert!(changed.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(conn.processing.load(Ordering::SeqCst), 0);
+
+        // With one, the close that waits for streams to finish hears each end.
+        let processing = conn.forward(1).expect("below any last stream");
+        let config = crate::fault::config::ProxyConfig::new(
+            "p",
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:1",
+        );
+        let proxy = Proxy::new(config, crate::proxy::RunContext::new(1)).unwrap();
+        let plan = GoawayPlan {
+            last_stream: LastStream::Graceful,
+            error_code: 0,
+            close: Close::AfterStreamsFinish,
+            delay_close: Duration::ZERO,
+        };
+        assert!(!conn.start(plan, 1, "g", &proxy));
+        let mut changed = std::pin::pin!(conn.changed.notified());
+        changed.as_mut().enable();
+        drop(processing);
+        assert!(changed.as_mut().poll(&mut cx).is_ready());
     }
 
     #[tokio::test(start_paused = true)]
