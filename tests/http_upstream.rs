@@ -32,7 +32,7 @@ struct Counts {
 
 /// An HTTP/1.1 backend: `/big` answers 1 MiB, `/slow` answers 300 ms late, `/close`
 /// answers and then closes the connection 50 ms later without saying so (as a
-/// keep-alive timeout does), `/empty` answers 204; anything else `ok`. HEAD gets
+/// keep-alive timeout does), `/close-now` at once, `/empty` answers 204; anything else `ok`. HEAD gets
 /// the head only.
 async fn backend() -> (SocketAddr, Arc<Counts>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -74,9 +74,11 @@ async fn answer(stream: TcpStream, counts: Arc<Counts>) {
         if method != "HEAD" && w.write_all(&answer).await.is_err() {
             return;
         }
-        if path == "/close" {
+        if path == "/close" || path == "/close-now" {
             // The keep-alive timeout, on purpose: a close nobody announced.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            if path == "/close" {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             drop((r, w));
             counts.closed.fetch_add(1, Ordering::SeqCst);
             return;
@@ -169,6 +171,34 @@ async fn an_upstream_closing_an_idle_connection_costs_no_request_and_snag_closes
             "none reused after its close"
         );
         assert_eq!(sockets_to(backend, "established"), 0);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_right_after_an_unannounced_close_goes_on_a_new_connection() {
+    within(30, async {
+        let (backend, counts) = backend().await;
+        let proxy = http_proxy(backend).await;
+        // The next request is taken from the pool while the close may still be on
+        // its way or unread: it must never be the one that fails.
+        for round in 1..=20 {
+            for path in ["/close-now", "/"] {
+                let got = get(proxy, path, &[]).await;
+                assert_eq!(
+                    (got.exit, got.status, got.body.as_slice()),
+                    (0, 200, &b"ok"[..]),
+                    "round {round}, {path}: {}",
+                    got.stderr
+                );
+            }
+        }
+        assert_eq!(
+            counts.requests.load(Ordering::SeqCst),
+            40,
+            "none sent twice"
+        );
+        assert!(counts.accepted.load(Ordering::SeqCst) >= 20);
     })
     .await;
 }

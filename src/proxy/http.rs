@@ -410,6 +410,7 @@ fn outbound(req: Request<Incoming>, route: &Route) -> Result<Request<Incoming>, 
 static X_INSTANCE: HeaderName = HeaderName::from_static("x-instance");
 
 /// Names, not strings: a string is parsed into a name on every removal.
+/// Connection first: [`strip_hop_by_hop`] reads the names it lists only if it is there.
 static HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
@@ -423,25 +424,53 @@ static HOP_BY_HOP: [HeaderName; 7] = [
 /// Removes the headers that describe one hop (RFC 9110 §7.6.1), and those the
 /// Connection header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none: one pass over the names costs less than seven
-    // removals (each hashes its name). Connection is among them, so any header it
-    // names is looked for only when it is there.
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
-        return;
+    // Most requests carry none and most responses one (`Connection: keep-alive`):
+    // one pass over the names finds which, and only those are removed (a removal
+    // hashes its name). A Connection token that is itself one of them, or
+    // `close`, names nothing more to look for.
+    let mut present = [false; HOP_BY_HOP.len()];
+    for name in headers.keys() {
+        if let Some(i) = hop_index(name.as_str()) {
+            present[i] = true;
+        }
     }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
+    if present[0] {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|token| {
+                !token.eq_ignore_ascii_case("close")
+                    && !HOP_BY_HOP
+                        .iter()
+                        .any(|hop| token.eq_ignore_ascii_case(hop.as_str()))
+            })
+            .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, here)| *here) {
         headers.remove(name);
     }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
-    }
+}
+
+/// Where `name` (lower case, as header names are) is in [`HOP_BY_HOP`]: a match on
+/// the string, cheaper than comparing seven names.
+fn hop_index(name: &str) -> Option<usize> {
+    Some(match name {
+        "connection" => 0,
+        "keep-alive" => 1,
+        "proxy-connection" => 2,
+        "te" => 3,
+        "trailer" => 4,
+        "transfer-encoding" => 5,
+        "upgrade" => 6,
+        _ => return None,
+    })
 }
 
 fn plain(status: StatusCode, text: String) -> Response<ReplyBody> {
@@ -472,6 +501,14 @@ mod tests {
     }
 
     #[test]
+    fn hop_index_knows_each_hop_by_hop_name_and_its_place() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_index(name.as_str()), Some(i), "{name}");
+        }
+        assert_eq!(hop_index("content-length"), None);
+    }
+
+    #[test]
     fn hop_by_hop_headers_go_and_the_rest_stay_in_order() {
         let end_to_end = [
             ("content-type", "text/plain"),
@@ -495,6 +532,11 @@ mod tests {
             hop,
             headers(&[("content-type", "text/plain"), ("x-b", "2")])
         );
+
+        // `close` is an option, not a name; upper case names a header all the same.
+        let mut close = headers(&[("connection", "close, X-B"), ("x-a", "1"), ("x-b", "2")]);
+        strip_hop_by_hop(&mut close);
+        assert_eq!(close, headers(&[("x-a", "1")]));
 
         // One hop-by-hop header alone, without Connection naming it.
         let mut upgrade = headers(&[("upgrade", "websocket"), ("x-a", "1")]);

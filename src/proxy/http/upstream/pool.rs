@@ -68,7 +68,12 @@ impl Driver {
 
     /// Whether it can carry another request once ready.
     fn usable(&mut self, cx: &mut Context<'_>) -> bool {
-        self.drive(cx) && !self.send.is_closed()
+        self.drive(cx) && self.open()
+    }
+
+    /// Whether it was open when last driven.
+    fn open(&self) -> bool {
+        self.conn.is_some() && !self.send.is_closed()
     }
 }
 
@@ -133,7 +138,10 @@ impl Pool {
             let Some(mut entry) = idle.pop() else {
                 break None;
             };
-            if !entry.conn.usable(cx) {
+            // Not driven here: it was when its last response ended, and the sweeper
+            // drives it on any wake-up since. One that ended unseen fails the send,
+            // which then goes on a new connection.
+            if !entry.conn.open() {
                 continue;
             }
             match entry.conn.send.poll_ready(cx) {
@@ -232,7 +240,7 @@ impl Driven {
         };
         let open = match cx {
             Some(cx) => conn.usable(cx),
-            None => conn.conn.is_some() && !conn.send.is_closed(),
+            None => conn.open(),
         };
         if open && let Some(pool) = self.pool.upgrade() {
             pool.put(conn);
