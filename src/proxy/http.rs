@@ -259,11 +259,11 @@ async fn respond(
     let req = Request::from_parts(head, body);
     // Transaction ids count when the request goes upstream: a duplicate is one the
     // backend got twice, not one a fault answered or a GOAWAY left unprocessed.
-    let ids: Vec<String> = proxy
-        .config()
+    let ids: Vec<String> = conn
+        .legs
         .id_headers
         .iter()
-        .filter_map(|name| req.headers().get(name.as_str())?.to_str().ok())
+        .filter_map(|name| req.headers().get(name)?.to_str().ok())
         .map(str::to_string)
         .collect();
     let h2 = req.version() == Version::HTTP_2;

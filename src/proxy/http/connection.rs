@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use hyper::{Request, Version, body::Incoming, service::service_fn};
+use hyper::{Request, Version, body::Incoming, header::HeaderName, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::conn::auto,
@@ -38,6 +38,9 @@ pub struct Legs {
     /// TLS on the listeners, if any.
     acceptor: Option<TlsAcceptor>,
     pub(super) upstreams: Upstreams,
+    /// The proxy's transaction id headers, parsed once: a name given as a string is
+    /// parsed again on every lookup.
+    pub(super) id_headers: Arc<[HeaderName]>,
 }
 
 impl std::fmt::Debug for Legs {
@@ -63,9 +66,15 @@ impl Legs {
         };
         let upstreams =
             Upstreams::new(config, context).map_err(|e| format!("upstream TLS: {e}"))?;
+        let id_headers = config
+            .id_headers
+            .iter()
+            .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+            .collect();
         Ok(Legs {
             acceptor,
             upstreams,
+            id_headers,
         })
     }
 
@@ -75,6 +84,7 @@ impl Legs {
         Legs {
             acceptor: self.acceptor.clone(),
             upstreams: self.upstreams.fresh(),
+            id_headers: self.id_headers.clone(),
         }
     }
 }
