@@ -234,15 +234,15 @@ pub struct Driven {
 }
 
 impl Driven {
-    fn release(&mut self, cx: Option<&mut Context<'_>>) {
-        let Some(mut conn) = self.conn.take() else {
+    /// Back to the pool, if it was open when last driven. Not driven here: the
+    /// poll that read the body's end has driven it, and hyper made it idle then.
+    fn release(&mut self) {
+        let Some(conn) = self.conn.take() else {
             return;
         };
-        let open = match cx {
-            Some(cx) => conn.usable(cx),
-            None => conn.open(),
-        };
-        if open && let Some(pool) = self.pool.upgrade() {
+        if conn.open()
+            && let Some(pool) = self.pool.upgrade()
+        {
             pool.put(conn);
         }
     }
@@ -266,8 +266,8 @@ impl Body for Driven {
             polled = Pin::new(&mut this.body).poll_frame(cx);
         }
         match &polled {
-            Poll::Ready(None) => this.release(Some(cx)),
-            Poll::Ready(Some(Ok(_))) if this.body.is_end_stream() => this.release(Some(cx)),
+            Poll::Ready(None) => this.release(),
+            Poll::Ready(Some(Ok(_))) if this.body.is_end_stream() => this.release(),
             Poll::Ready(Some(Err(_))) => this.conn = None,
             _ => {}
         }
@@ -287,7 +287,7 @@ impl Drop for Driven {
     fn drop(&mut self) {
         // An empty body (204, HEAD, length 0) is never polled: it ended all the same.
         if self.body.is_end_stream() {
-            self.release(None);
+            self.release();
         }
     }
 }
