@@ -30,12 +30,16 @@ if ! cargo fuzz build "${flags[@]}" >"$build_log" 2>&1; then
     exit 1
 fi
 rm -f "$build_log"
+# The targets that need files make them under the temporary directory: one of
+# this run's own, removed when it ends.
+scratch=$(mktemp -d /tmp/snag-fuzz.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
 failed=0
 printf '%-12s %8s %14s %10s %8s\n' target seconds executions "exec/s" crashes
 for t in "${targets[@]}"; do
     mkdir -p "corpus/$t"
     log=$(mktemp)
-    if cargo fuzz run "${flags[@]}" "$t" "corpus/$t" "seeds/$t" -- \
+    if TMPDIR="$scratch" cargo fuzz run "${flags[@]}" "$t" "corpus/$t" "seeds/$t" -- \
         -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 >"$log" 2>&1; then
         crashes=0
     else

@@ -500,10 +500,27 @@ fn hex(out: &mut String, bytes: &[u8]) {
 mod tests {
     use super::*;
 
-    fn temp(name: &str) -> PathBuf {
+    /// A directory of the test's own, removed when it ends.
+    struct Temp(PathBuf);
+
+    impl std::ops::Deref for Temp {
+        type Target = Path;
+
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Temp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn temp(name: &str) -> Temp {
         let dir = std::env::temp_dir().join(format!("snag-tls-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        dir
+        Temp(dir)
     }
 
     #[test]

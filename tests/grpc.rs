@@ -79,8 +79,7 @@ async fn grpc_calls_and_health_checks_pass_and_checks_count_as_probes() {
 #[tokio::test]
 async fn grpc_over_tls_with_the_runs_certificate() {
     within(60, async {
-        let dir = std::env::temp_dir().join(format!("snag-grpc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::Scratch::new("snag-grpc");
         let ca = dir.join("ca.pem");
         let (server, _s) = grpc_server().await;
         let mut config = common::config("gt", server, &[]);
@@ -166,8 +165,7 @@ fn the_grpc_peer_is_installed() {
 #[tokio::test]
 async fn snag_backend_serves_grpc_health_and_a_unary_call_over_tls_and_h2c() {
     within(90, async {
-        let dir = std::env::temp_dir().join(format!("snag-grpc-backend-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::Scratch::new("snag-grpc-backend");
         let ca = dir.join("ca.pem");
         let ca_arg = ca.to_str().unwrap().to_string();
         let start = |extra: Vec<String>| async move {
@@ -227,7 +225,6 @@ async fn snag_backend_serves_grpc_health_and_a_unary_call_over_tls_and_h2c() {
         let url = format!("http://{target}/snag.Backend/Echo");
         let load = load_json(&[&url, "--grpc", "-n", "10"]).await;
         assert_eq!(load["errors_by_kind"]["grpc 14"], 10, "{load}");
-        let _ = std::fs::remove_dir_all(&dir);
     })
     .await;
 }

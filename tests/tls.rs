@@ -7,7 +7,7 @@ mod common;
 
 use std::{
     net::SocketAddr,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Mutex},
 };
 
@@ -25,10 +25,8 @@ use snag::{
 };
 use tokio::net::TcpListener;
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("snag-tls-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(test: &str) -> common::Scratch {
+    common::Scratch::new(&format!("snag-tls-{test}"))
 }
 
 /// An HTTP proxy named `name` to `upstream`.
@@ -523,7 +521,7 @@ async fn the_api_sets_up_tls_with_files_confined_to_its_directory() {
         let (backend, _) = http_backend("hello").await;
         let api = common::spawn_api(
             snag::api::Settings {
-                files: Some(dir.clone()),
+                files: Some(dir.to_path_buf()),
                 ..snag::api::Settings::default()
             },
             None,
@@ -624,7 +622,6 @@ async fn snag_load_speaks_https_and_http2_by_alpn_and_checks_the_certificate() {
             ..UpstreamTls::default()
         };
         assert_eq!(run(plan(&[b"http/1.1"], insecure)).await.ok, 10);
-        let _ = std::fs::remove_dir_all(&dir);
     })
     .await;
 }

@@ -460,3 +460,32 @@ pub async fn round_trip(addr: SocketAddr, data: &[u8]) -> Vec<u8> {
     writer.await.unwrap();
     got
 }
+
+/// A directory of one test's own under the temporary directory, removed with
+/// everything in it when the test ends (also when it fails): a test run leaves
+/// nothing behind in /tmp.
+pub struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    /// `NAME-PID`, made empty.
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
