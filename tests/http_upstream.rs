@@ -268,3 +268,51 @@ async fn a_client_hanging_up_on_a_request_in_flight_ends_it() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_probe_in_flight_when_the_interposer_stops_is_not_a_lost_probe() {
+    within(20, async {
+        let (backend, _) = backend().await;
+        let scratch = common::Scratch::new("snag-probe-cut");
+        let log = snag::events::EventLog::create(&scratch.join("events.jsonl")).unwrap();
+        let mut context = snag::proxy::RunContext::new(1);
+        context.events = Some(log.clone());
+        let mut config = common::config("h", backend, &["drop_request:scope=probe"]);
+        config.mode = Mode::Http;
+        let listener = snag::proxy::socket::bind(config.listen).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let snag = snag::proxy::Proxy::new(config, context).unwrap();
+        let shutdown = snag::shutdown::Shutdown::new();
+        let served = tokio::spawn(snag::proxy::serve(listener, snag.clone(), shutdown.clone()));
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        until(5, "the probe arrived", || {
+            snag.counters().snapshot().requests.get("probe") == Some(&1)
+        })
+        .await;
+        // As the API's DELETE does: stop accepting and close what is open, at once.
+        shutdown.close();
+        served.await.unwrap().unwrap();
+        // The prober saw its connection closed without an answer ...
+        let mut got = Vec::new();
+        let _ = client.read_to_end(&mut got).await;
+        assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+        // ... but by snag's own stop, not by its fault: no lost probe.
+        let stats = snag.counters().snapshot();
+        assert_eq!((stats.probes_unanswered, stats.probes_failed), (0, 0));
+        log.close().unwrap();
+        let events = std::fs::read_to_string(scratch.join("events.jsonl")).unwrap();
+        let probes: Vec<serde_json::Value> = events
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|e| e["event"] == "probe")
+            .collect();
+        assert_eq!(probes.len(), 1, "{events}");
+        assert_eq!(probes[0]["status"], 0);
+        assert_eq!(probes[0]["cut"], "the interposer stopped", "{events}");
+    })
+    .await;
+}

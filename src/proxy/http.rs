@@ -106,6 +106,7 @@ async fn exchange(
     // with status 0 when the client gives up and this future is dropped.
     let mut probe = (class == Scope::Probe).then(|| ProbeRecord {
         proxy: proxy.clone(),
+        control: conn.control.clone(),
         path: req.uri().path().to_string(),
         arrived: tokio::time::Instant::now(),
         status: 0,
@@ -144,6 +145,8 @@ async fn unprocessed(conn: &Conn, stream: u32) -> Result<Response<ReplyBody>, Fa
 /// One health probe, recorded in the counters and the event log when it ends.
 struct ProbeRecord {
     proxy: Arc<Proxy>,
+    /// Its connection's: whether snag itself shut the connection down.
+    control: Arc<super::relay::Control>,
     path: String,
     arrived: tokio::time::Instant,
     /// 0 until a status is known.
@@ -154,6 +157,18 @@ impl Drop for ProbeRecord {
     fn drop(&mut self) {
         let latency_ms = (self.arrived.elapsed().as_secs_f64() * 1e6).round() / 1e3;
         let (path, status) = (std::mem::take(&mut self.path), self.status);
+        if status == 0 && self.control.is_shut_down() {
+            // In flight when the interposer stopped (deleted, disabled, a signal):
+            // the prober got no say, so it is neither answered nor lost.
+            self.proxy.event(
+                "probe",
+                serde_json::json!({
+                    "path": path, "status": 0, "latency_ms": latency_ms,
+                    "cut": "the interposer stopped",
+                }),
+            );
+            return;
+        }
         self.proxy.event(
             "probe",
             serde_json::json!({ "path": path, "status": status, "latency_ms": latency_ms }),

@@ -114,6 +114,8 @@ pub(super) struct Conn {
     pub(super) tap: Option<(mpsc::Sender<Record>, u64)>,
     /// If capturing: comments for the next bytes written to the client.
     pub(super) notes: Option<Arc<Notes>>,
+    /// What the proxy asks of it (shutdown, drain, reset).
+    pub(super) control: Arc<Control>,
 }
 
 impl Conn {
@@ -277,23 +279,10 @@ async fn http(
             (stream, tap, notes)
         }
     };
-    let conn = conn(proxy, faults.clone(), legs, socket, class, tap, notes);
-    over_tls(stream, conn, control, faults, class).await
-}
-
-fn conn(
-    proxy: Arc<Proxy>,
-    faults: Faults,
-    legs: Arc<Legs>,
-    socket: socket::Shared,
-    class: Scope,
-    tap: Option<(mpsc::Sender<Record>, u64)>,
-    notes: Option<Arc<Notes>>,
-) -> Arc<Conn> {
-    Arc::new(Conn {
+    let conn = Arc::new(Conn {
         name: Arc::from(proxy.name.as_str()),
         proxy,
-        faults,
+        faults: faults.clone(),
         legs,
         socket,
         h2: Arc::default(),
@@ -302,7 +291,9 @@ fn conn(
         class,
         tap,
         notes,
-    })
+        control: control.clone(),
+    });
+    over_tls(stream, conn, control, faults, class).await
 }
 
 /// The TLS handshake if the listener speaks TLS, then HTTP.
