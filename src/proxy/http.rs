@@ -450,20 +450,22 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         }
     }
     if present[0] {
-        let named: Vec<HeaderName> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .filter(|token| {
-                !token.eq_ignore_ascii_case("close")
-                    && !HOP_BY_HOP
-                        .iter()
-                        .any(|hop| token.eq_ignore_ascii_case(hop.as_str()))
-            })
-            .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
-            .collect();
+        // Almost always `keep-alive` or `close`: a match on the string says so; a
+        // token naming some other header is rare, and only then is a name made.
+        let mut named: Vec<HeaderName> = Vec::new();
+        for value in headers.get_all(header::CONNECTION) {
+            let Ok(value) = value.to_str() else {
+                continue;
+            };
+            for token in value.split(',').map(str::trim) {
+                if token.is_empty() || connection_option(token) {
+                    continue;
+                }
+                if let Ok(name) = HeaderName::from_bytes(token.as_bytes()) {
+                    named.push(name);
+                }
+            }
+        }
         for name in named {
             headers.remove(name);
         }
@@ -471,6 +473,18 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, here)| *here) {
         headers.remove(name);
     }
+}
+
+/// Whether a Connection token names nothing to remove besides what is removed
+/// anyway: `close`, or one of [`HOP_BY_HOP`], in any case.
+fn connection_option(token: &str) -> bool {
+    if token == "close" || hop_index(token).is_some() {
+        return true;
+    }
+    token.eq_ignore_ascii_case("close")
+        || HOP_BY_HOP
+            .iter()
+            .any(|hop| token.eq_ignore_ascii_case(hop.as_str()))
 }
 
 /// Where `name` (lower case, as header names are) is in [`HOP_BY_HOP`]: a match on
@@ -552,6 +566,15 @@ mod tests {
         let mut close = headers(&[("connection", "close, X-B"), ("x-a", "1"), ("x-b", "2")]);
         strip_hop_by_hop(&mut close);
         assert_eq!(close, headers(&[("x-a", "1")]));
+
+        // Options in any case, empty list elements, no space after a comma.
+        let mut odd = headers(&[
+            ("connection", "CLOSE, ,Keep-Alive,x-c"),
+            ("x-c", "3"),
+            ("x-a", "1"),
+        ]);
+        strip_hop_by_hop(&mut odd);
+        assert_eq!(odd, headers(&[("x-a", "1")]));
 
         // One hop-by-hop header alone, without Connection naming it.
         let mut upgrade = headers(&[("upgrade", "websocket"), ("x-a", "1")]);
