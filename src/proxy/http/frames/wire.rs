@@ -50,7 +50,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Wire<S> {
 
     /// The stream hyper serves.
     pub(in crate::proxy::http) fn shim(&self) -> Shim<S> {
-        Shim(self.clone())
+        Shim {
+            wire: self.clone(),
+            http1: false,
+        }
     }
 
     /// Writes snag's queued frames now if hyper is at a frame boundary and not
@@ -103,19 +106,28 @@ pub(super) fn write_injected<S: AsyncWrite + Unpin>(
 }
 
 /// The client stream as hyper sees it.
-pub(in crate::proxy::http) struct Shim<S>(Wire<S>);
+pub(in crate::proxy::http) struct Shim<S> {
+    wire: Wire<S>,
+    /// The client spoke HTTP/1.x (its first bytes said so, for good): no frames to
+    /// read or to put in, so the frame state is left alone — each read or write
+    /// takes the stream's lock only.
+    http1: bool,
+}
 
 impl<S: AsyncRead + Unpin> AsyncRead for Shim<S> {
     /// Never reports the end of the stream before it came: a read that yields
     /// nothing for hyper (an acknowledgement taken out, a header held) reads again.
     fn poll_read(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if self.http1 {
+            return Pin::new(&mut lock(&self.wire.io).inner).poll_read(cx, buf);
+        }
         loop {
             let filtering = {
-                let mut frames = lock(&self.0.frames);
+                let mut frames = lock(&self.wire.frames);
                 if !frames.ready.is_empty() {
                     let n = frames.ready.len().min(buf.remaining());
                     let (front, back) = frames.ready.as_slices();
@@ -129,23 +141,27 @@ impl<S: AsyncRead + Unpin> AsyncRead for Shim<S> {
             };
             if !filtering {
                 let before = buf.filled().len();
-                std::task::ready!(Pin::new(&mut lock(&self.0.io).inner).poll_read(cx, buf))?;
+                std::task::ready!(Pin::new(&mut lock(&self.wire.io).inner).poll_read(cx, buf))?;
                 if buf.filled().len() == before {
                     return Poll::Ready(Ok(()));
                 }
                 // snag's SETTINGS may have left since the check: then the bytes are
                 // filtered after all.
-                let Some(out) = lock(&self.0.frames).read(&buf.filled()[before..]) else {
+                let mut frames = lock(&self.wire.frames);
+                let Some(out) = frames.read(&buf.filled()[before..]) else {
+                    let http1 = frames.h2 == Some(false);
+                    drop(frames);
+                    self.http1 = http1;
                     return Poll::Ready(Ok(()));
                 };
                 buf.set_filled(before);
-                lock(&self.0.frames).ready.extend(out);
+                frames.ready.extend(out);
                 continue;
             }
             let mut bytes = [0u8; 16 << 10];
             let mut read = ReadBuf::new(&mut bytes);
-            std::task::ready!(Pin::new(&mut lock(&self.0.io).inner).poll_read(cx, &mut read))?;
-            let mut frames = lock(&self.0.frames);
+            std::task::ready!(Pin::new(&mut lock(&self.wire.io).inner).poll_read(cx, &mut read))?;
+            let mut frames = lock(&self.wire.frames);
             if read.filled().is_empty() {
                 // The end: what was held goes, then the end itself.
                 let held = frames.inbound.held().to_vec();
@@ -170,8 +186,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Shim<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let mut frames = lock(&self.0.frames);
-        let mut io = lock(&self.0.io);
+        if self.http1 {
+            let mut io = lock(&self.wire.io);
+            let polled = Pin::new(&mut io.inner).poll_write(cx, buf);
+            io.hyper_waiting = polled.is_pending();
+            return polled;
+        }
+        let mut frames = lock(&self.wire.frames);
+        let mut io = lock(&self.wire.io);
         if write_injected(&mut frames, &mut io, cx)?.is_pending() {
             io.hyper_waiting = true;
             return Poll::Pending;
@@ -200,14 +222,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Shim<S> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut io = lock(&self.0.io);
+        let mut io = lock(&self.wire.io);
         let polled = Pin::new(&mut io.inner).poll_flush(cx);
         io.hyper_waiting = polled.is_pending();
         polled
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut lock(&self.0.io).inner).poll_shutdown(cx)
+        Pin::new(&mut lock(&self.wire.io).inner).poll_shutdown(cx)
     }
 }
 
@@ -244,5 +266,32 @@ mod tests {
         assert_eq!(got, want);
         assert!(frames.lock().unwrap().inject.is_empty());
         assert_eq!(frames.lock().unwrap().goaways, [(1, 0), (3, 2)]);
+    }
+
+    #[tokio::test]
+    async fn an_http1_client_passes_through_untouched_once_its_first_bytes_said_so() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let frames = Arc::new(Mutex::new(Frames::default()));
+        let wire = Wire::new(server, frames.clone());
+        let mut shim = wire.shim();
+        let first = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+        let second = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"; // bytes like h2's, too late
+        client.write_all(first).await.unwrap();
+        let mut got = vec![0; first.len()];
+        shim.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, first);
+        assert!(shim.http1);
+        assert_eq!(frames.lock().unwrap().h2, Some(false));
+        client.write_all(second).await.unwrap();
+        let mut got = vec![0; second.len()];
+        shim.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, second, "passed as they came");
+        shim.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        let mut answer = vec![0; 19];
+        client.read_exact(&mut answer).await.unwrap();
+        assert_eq!(answer, b"HTTP/1.1 200 OK\r\n\r\n");
+        let frames = frames.lock().unwrap();
+        assert!(frames.ready.is_empty() && frames.inject.is_empty());
     }
 }
