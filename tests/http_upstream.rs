@@ -17,7 +17,7 @@ use std::{
 use common::{curl, until, within};
 use snag::proxy::Mode;
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt, BufReader},
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::{TcpListener, TcpStream},
 };
 
@@ -313,6 +313,75 @@ async fn a_probe_in_flight_when_the_interposer_stops_is_not_a_lost_probe() {
         assert_eq!(probes.len(), 1, "{events}");
         assert_eq!(probes[0]["status"], 0);
         assert_eq!(probes[0]["cut"], "the interposer stopped", "{events}");
+    })
+    .await;
+}
+
+/// An upstream that answers each request with the canned bytes its path names and
+/// then closes: responses a real server may send, and ones no server should.
+async fn raw_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                let mut line = String::new();
+                stream.read_line(&mut line).await.unwrap();
+                let answer: &[u8] = match line.split_whitespace().nth(1).unwrap_or("") {
+                    "/chunked" => b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nx-t: 1\r\n\r\n",
+                    "/until-close" => b"HTTP/1.0 200 OK\r\n\r\nall of this until the close",
+                    "/two-lengths" => b"HTTP/1.1 200 OK\r\ncontent-length: 3, 4\r\n\r\nabcd",
+                    "/garbage" => b"SSH-2.0-OpenSSH_9.2\r\n\r\n",
+                    "/short" => b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc",
+                    _ => b"",
+                };
+                let stream = stream.get_mut();
+                let _ = stream.write_all(answer).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn what_the_upstream_answers_reaches_the_client_and_what_is_malformed_is_a_502_that_says_why()
+{
+    within(20, async {
+        let upstream = raw_upstream().await;
+        let mut config = common::config("h", upstream, &[]);
+        config.mode = Mode::Http;
+        let (proxy, snag) = common::serve(config, snag::proxy::RunContext::new(1)).await;
+        let url = |path: &str| format!("http://{proxy}{path}");
+        // Framed by chunks after an interim response; framed by the close.
+        let chunked = curl(&url("/chunked"), &[]).await;
+        assert_eq!(
+            (chunked.status, &chunked.body[..]),
+            (200, &b"hello, world"[..])
+        );
+        let close = curl(&url("/until-close"), &[]).await;
+        assert_eq!(
+            (close.status, &close.body[..]),
+            (200, &b"all of this until the close"[..])
+        );
+        // Malformed, or closed before it answered: 502, saying why.
+        for (path, why) in [
+            ("/two-lengths", "Content-Length is not one number"),
+            ("/garbage", "response head is malformed"),
+            ("/nothing", "closed the connection before it answered"),
+        ] {
+            let got = curl(&url(path), &[]).await;
+            let body = String::from_utf8_lossy(&got.body);
+            assert_eq!(got.status, 502, "{path}: {body}");
+            assert!(body.contains(why), "{path}: {body}");
+        }
+        // A body cut short by the close: the client's transfer fails, it is not
+        // completed with anything made up.
+        let short = curl(&url("/short"), &[]).await;
+        assert_ne!(short.exit, 0, "{short:?}");
+        assert_eq!(snag.counters().snapshot().upstream_errors, 3);
     })
     .await;
 }

@@ -46,7 +46,7 @@ use crate::{
 pub enum Failure {
     /// The upstream's body failed.
     #[error("upstream body: {0}")]
-    Upstream(#[from] hyper::Error),
+    Upstream(#[source] upstream::BoxError),
     /// A fault ended it on purpose.
     #[error("{0}")]
     Fault(String),

@@ -3,6 +3,7 @@
 //! HTTP/1.1 goes through snag's own [`pool`], whose connections the exchanges drive;
 //! HTTP/2, and TLS where ALPN chooses, through hyper-util's client.
 
+mod h1;
 mod pool;
 
 use std::{
@@ -255,15 +256,15 @@ pub enum UpstreamBody {
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             UpstreamBody::Pooled(body) => Pin::new(body).poll_frame(cx),
-            UpstreamBody::Client(body) => Pin::new(body).poll_frame(cx),
+            UpstreamBody::Client(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
         }
     }
 
@@ -307,7 +308,7 @@ pub struct Connector {
     sniff: Option<Arc<AtomicBool>>,
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl tower_service::Service<Uri> for Connector {
     type Response = TokioIo<Leg>;

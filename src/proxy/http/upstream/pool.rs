@@ -1,38 +1,39 @@
 //! HTTP/1.1 upstream connections, pooled per listener and driven by the exchange that
 //! uses them.
 //!
-//! hyper-util's pooled client runs every connection in a task of its own: a request
-//! crossed from the client connection's task to that task and its answer came back
-//! the same way, two wake-ups (often across worker threads) per request, and at 32
-//! connections the machine spent more time switching threads than in snag. Here the
-//! task that sends a request polls the connection itself: while it waits for the
-//! head, and through the response body ([`Driven`]) until the body ends, when the
-//! connection goes back to the pool. An idle connection is polled by the pool's
-//! sweeper, so an upstream's close is seen and the socket closed while nobody uses it.
+//! The task that sends a request does the connection's IO itself, in snag's own
+//! HTTP/1.1 ([`super::h1`]): it writes the request, reads the response head, and the
+//! response body ([`Driven`]) reads on until the body ends, when the connection goes
+//! back to the pool. An idle connection is polled by the pool's sweeper, so an
+//! upstream's close is seen and the socket closed while nobody uses it.
 
 use std::{
-    future::{Future, poll_fn},
+    future::poll_fn,
+    io,
     pin::Pin,
     sync::{Arc, Mutex, Weak},
-    task::{Context, Poll},
+    task::{Context, Poll, ready},
     time::Duration,
 };
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 use hyper::{
-    Request, Response, Uri,
+    HeaderMap, Method, Request, Response, Uri,
     body::{Body, Frame, Incoming, SizeHint},
-    client::conn::http1,
 };
-use hyper_util::rt::TokioIo;
-use tokio::time::Instant;
+use tokio::{io::AsyncWrite, time::Instant};
 
-use super::{BoxError, Connector, Leg};
+use super::{
+    BoxError, Connector, Leg,
+    h1::{self, Chunked, Framing, Piece, Sending},
+};
 
 /// How long an idle connection is kept (hyper-util's pool kept them as long).
 const IDLE: Duration = Duration::from_secs(90);
 /// How often the sweeper looks at idle connections besides when one of them wakes it.
 const SWEEP: Duration = Duration::from_millis(250);
+/// What one read asks for at least.
+const READ: usize = 8 * 1024;
 
 /// The idle HTTP/1.1 connections to one upstream.
 pub struct Pool {
@@ -41,40 +42,55 @@ pub struct Pool {
 }
 
 struct Idle {
-    conn: Driver,
+    conn: Conn,
     since: Instant,
 }
 
-/// The future that carries a connection's requests.
-type Connection = Pin<Box<http1::Connection<TokioIo<Leg>, Incoming>>>;
-
-/// One connection: the sender of its requests and the future that carries them.
-struct Driver {
-    send: http1::SendRequest<Incoming>,
-    /// `None` once it ended.
-    conn: Option<Connection>,
+/// One upstream connection and what it read beyond the last response.
+struct Conn {
+    io: Leg,
+    buf: BytesMut,
 }
 
-impl Driver {
-    /// Polls the connection; `false` once it ended (closed or failed).
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        if let Some(conn) = &mut self.conn
-            && conn.as_mut().poll(cx).is_ready()
-        {
-            self.conn = None;
+impl Conn {
+    /// Reads what the upstream sent into the buffer; `Ready(Ok(0))` at its close.
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < READ / 2 {
+            self.buf.reserve(READ);
         }
-        self.conn.is_some()
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
     }
 
-    /// Whether it can carry another request once ready.
-    fn usable(&mut self, cx: &mut Context<'_>) -> bool {
-        self.drive(cx) && self.open()
+    /// Writes all of `bytes`, from `*at` on.
+    fn poll_write_all(
+        &mut self,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+        at: &mut usize,
+    ) -> Poll<io::Result<()>> {
+        while *at < bytes.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &bytes[*at..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            *at += n;
+        }
+        Poll::Ready(Ok(()))
     }
 
-    /// Whether it was open when last driven.
-    fn open(&self) -> bool {
-        self.conn.is_some() && !self.send.is_closed()
+    /// Whether an idle connection can carry a request: the upstream has neither
+    /// closed it nor sent anything unasked. Costs no read while nothing came (the
+    /// last read drained the socket, and the runtime waits for the next event).
+    fn idle_open(&mut self, cx: &mut Context<'_>) -> bool {
+        self.buf.is_empty() && self.poll_read(cx).is_pending()
     }
+}
+
+/// A request that failed on its connection, and whether it may go again on
+/// another: nothing of it was written.
+struct Failed {
+    error: BoxError,
+    unsent: bool,
 }
 
 impl Pool {
@@ -90,80 +106,76 @@ impl Pool {
     }
 
     /// Sends `req` on an idle connection, or a new one; a request an idle connection
-    /// closed on before sending it goes once more, on a new connection.
+    /// closed on before any of it was written goes once more, on a new connection.
     pub async fn send(
         self: &Arc<Pool>,
-        mut req: Request<Incoming>,
+        req: Request<Incoming>,
     ) -> Result<Response<Driven>, BoxError> {
-        if req.uri().scheme().is_some() {
-            *req.uri_mut() = origin_form(req.uri());
-        }
+        let (parts, mut body) = req.into_parts();
+        let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
+        let sending = h1::encode_request(&parts, body.is_end_stream(), &mut head);
         let (mut conn, mut reused) = match self.take().await {
             Some(conn) => (conn, true),
             None => (self.connect().await?, false),
         };
         loop {
-            let mut err = match exchange(&mut conn, req).await {
-                Ok(response) => return Ok(self.driven(conn, response)),
-                Err(err) => err,
-            };
-            match err.take_message() {
-                Some(unsent) if reused => {
-                    (req, conn, reused) = (unsent, self.connect().await?, false);
+            let mut exchange = Exchange::new(&head, sending);
+            match poll_fn(|cx| exchange.poll(cx, &mut conn, &mut body, &parts.method)).await {
+                Ok(response) => {
+                    let sent = exchange.sent;
+                    return Ok(self.driven(conn, response, sent));
                 }
-                _ => return Err(err.into_error().into()),
+                Err(Failed { unsent: true, .. }) if reused => {
+                    (conn, reused) = (self.connect().await?, false);
+                }
+                Err(failed) => return Err(failed.error),
             }
         }
     }
 
-    fn driven(self: &Arc<Pool>, conn: Driver, response: Response<Incoming>) -> Response<Driven> {
-        response.map(|body| Driven {
-            body,
+    fn driven(self: &Arc<Pool>, conn: Conn, head: h1::Head, sent: bool) -> Response<Driven> {
+        let state = match head.framing {
+            Framing::Empty | Framing::Length(0) => State::Done,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::Chunked(Chunked::default()),
+            Framing::Close => State::Close,
+        };
+        let mut response = Response::new(Driven {
             conn: Some(conn),
+            state,
+            reusable: head.keep_alive && sent,
             pool: Arc::downgrade(self),
-        })
+        });
+        *response.status_mut() = head.status;
+        *response.version_mut() = head.version;
+        *response.headers_mut() = head.headers;
+        response
     }
 
-    /// The most recently used idle connection that is open and ready for a request.
-    /// One still busy (its last request's body still going up after the answer
-    /// ended) goes back beneath the others, for the sweeper to drive.
-    async fn take(&self) -> Option<Driver> {
+    /// The most recently used idle connection that is open.
+    async fn take(&self) -> Option<Conn> {
         poll_fn(|cx| Poll::Ready(self.take_ready(cx))).await
     }
 
-    fn take_ready(&self, cx: &mut Context<'_>) -> Option<Driver> {
+    fn take_ready(&self, cx: &mut Context<'_>) -> Option<Conn> {
         let mut idle = self.lock();
-        let mut busy = Vec::new();
-        let found = loop {
-            let Some(mut entry) = idle.pop() else {
-                break None;
-            };
-            // Not driven here: it was when its last response ended, and the sweeper
-            // drives it on any wake-up since. One that ended unseen fails the send,
-            // which then goes on a new connection.
-            if !entry.conn.open() {
-                continue;
+        while let Some(mut entry) = idle.pop() {
+            if entry.conn.idle_open(cx) {
+                return Some(entry.conn);
             }
-            match entry.conn.send.poll_ready(cx) {
-                Poll::Ready(Ok(())) => break Some(entry.conn),
-                Poll::Ready(Err(_)) => {}
-                Poll::Pending => busy.push(entry),
-            }
-        };
-        idle.splice(0..0, busy.into_iter().rev());
-        found
+        }
+        None
     }
 
-    async fn connect(&self) -> Result<Driver, BoxError> {
+    async fn connect(&self) -> Result<Conn, BoxError> {
         let io = tower_service::Service::call(&mut self.connector.clone(), Uri::default()).await?;
-        let (send, conn) = http1::handshake(io).await?;
-        Ok(Driver {
-            send,
-            conn: Some(Box::pin(conn)),
+        Ok(Conn {
+            io: io.into_inner(),
+            buf: BytesMut::with_capacity(READ),
         })
     }
 
-    fn put(&self, conn: Driver) {
+    fn put(&self, conn: Conn) {
         self.lock().push(Idle {
             conn,
             since: Instant::now(),
@@ -176,25 +188,154 @@ impl Pool {
             .expect("no code panics holding the idle connections")
     }
 
-    /// Polls each idle connection with `cx`, dropping those that ended or idled too long.
+    /// Polls each idle connection with `cx`, dropping those that ended, sent
+    /// something unasked or idled too long.
     fn sweep(&self, cx: &mut Context<'_>) {
         self.lock()
-            .retain_mut(|idle| idle.since.elapsed() < IDLE && idle.conn.usable(cx));
+            .retain_mut(|idle| idle.since.elapsed() < IDLE && idle.conn.idle_open(cx));
     }
 }
 
-/// Sends `req` on `conn`, polling the connection until the response head is in.
-async fn exchange(
-    conn: &mut Driver,
-    req: Request<Incoming>,
-) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<Incoming>>> {
-    let mut response = std::pin::pin!(conn.send.try_send_request(req));
-    poll_fn(|cx| {
-        // An error of the connection reaches the response future: only it says.
-        conn.drive(cx);
-        response.as_mut().poll(cx)
-    })
-    .await
+/// One request on one connection, until its response head is in: the head, then
+/// the body as the client sends it, while the response is read (an upstream may
+/// answer before it read the whole body).
+struct Exchange<'a> {
+    head: &'a [u8],
+    sending: Sending,
+    /// Bytes of `head`, then of `out`, written so far.
+    at: usize,
+    head_done: bool,
+    /// Encoded body bytes waiting to be written.
+    out: Vec<u8>,
+    /// Data of a length-framed body waiting to be written.
+    data: Bytes,
+    /// The whole request was written.
+    sent: bool,
+    /// Anything of the request was written.
+    wrote: bool,
+}
+
+impl<'a> Exchange<'a> {
+    fn new(head: &'a [u8], sending: Sending) -> Exchange<'a> {
+        Exchange {
+            head,
+            sending,
+            at: 0,
+            head_done: false,
+            out: Vec::new(),
+            data: Bytes::new(),
+            sent: false,
+            wrote: false,
+        }
+    }
+
+    fn failed(&self, error: impl Into<BoxError>) -> Failed {
+        Failed {
+            error: error.into(),
+            unsent: !self.wrote,
+        }
+    }
+
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        conn: &mut Conn,
+        body: &mut Incoming,
+        method: &Method,
+    ) -> Poll<Result<h1::Head, Failed>> {
+        if let Poll::Ready(Err(e)) = self.poll_send(cx, conn, body) {
+            return Poll::Ready(Err(e));
+        }
+        loop {
+            match h1::parse_head(&mut conn.buf, method) {
+                Ok(Some(head)) => return Poll::Ready(Ok(head)),
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Err(self.failed(e))),
+            }
+            match ready!(conn.poll_read(cx)) {
+                Ok(0) if conn.buf.is_empty() => {
+                    return Poll::Ready(Err(
+                        self.failed("the upstream closed the connection before it answered")
+                    ));
+                }
+                Ok(0) => {
+                    return Poll::Ready(Err(self.failed(
+                        "the upstream closed the connection in the middle of the response head",
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(self.failed(e))),
+            }
+        }
+    }
+
+    /// Writes what there is of the request; `Ready(Ok)` once all of it went.
+    fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        conn: &mut Conn,
+        body: &mut Incoming,
+    ) -> Poll<Result<(), Failed>> {
+        if !self.head_done {
+            let head = self.head;
+            let written = conn.poll_write_all(cx, head, &mut self.at);
+            self.wrote |= self.at > 0;
+            match ready!(written) {
+                Ok(()) => (self.head_done, self.at) = (true, 0),
+                Err(e) => return Poll::Ready(Err(self.failed(e))),
+            }
+            if self.sending == Sending::Nothing {
+                self.sent = true;
+            }
+        }
+        while !self.sent {
+            if !self.data.is_empty() {
+                let data = self.data.clone();
+                let mut at = 0;
+                let written = conn.poll_write_all(cx, &data, &mut at);
+                self.data.advance(at);
+                ready!(written).map_err(|e| self.failed(e))?;
+                continue;
+            }
+            if self.at < self.out.len() {
+                let out = std::mem::take(&mut self.out);
+                let written = conn.poll_write_all(cx, &out, &mut self.at);
+                self.out = out;
+                ready!(written).map_err(|e| self.failed(e))?;
+                continue;
+            }
+            self.out.clear();
+            self.at = 0;
+            match ready!(Pin::new(&mut *body).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if self.sending == Sending::Chunked => {
+                        h1::encode_chunk(&data, &mut self.out);
+                    }
+                    Ok(data) => self.data = data,
+                    Err(frame) => {
+                        if let (Sending::Chunked, Ok(trailers)) =
+                            (self.sending, frame.into_trailers())
+                        {
+                            h1::encode_last_chunk(Some(&trailers), &mut self.out);
+                            self.sending = Sending::Nothing;
+                        }
+                    }
+                },
+                Some(Err(e)) => {
+                    return Poll::Ready(Err(
+                        self.failed(format!("the client's request body failed: {e}"))
+                    ));
+                }
+                None if self.sending == Sending::Chunked => {
+                    h1::encode_last_chunk(None, &mut self.out);
+                    self.sending = Sending::Nothing;
+                }
+                None if self.out.is_empty() => self.sent = true,
+                None => {}
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 /// The sweeper: on every wake-up of an idle connection and every [`SWEEP`], until
@@ -217,76 +358,126 @@ async fn sweep(pool: Weak<Pool>) {
     .await
 }
 
-/// `/path?query`: what an HTTP/1.1 request line names on a connection to the origin.
-fn origin_form(uri: &Uri) -> Uri {
-    match uri.path_and_query() {
-        Some(path) => Uri::from(path.clone()),
-        None => Uri::from_static("/"),
-    }
+/// Where a response body is.
+enum State {
+    Length(u64),
+    Chunked(Chunked),
+    Close,
+    Done,
 }
 
-/// A response body from a pooled connection, which it drives; the connection goes
+/// A response body from a pooled connection, which it reads; the connection goes
 /// back to the pool when the body ends, and closes if the body is dropped before.
 pub struct Driven {
-    body: Incoming,
-    conn: Option<Driver>,
+    conn: Option<Conn>,
+    state: State,
+    /// The connection may carry another request once the body ended.
+    reusable: bool,
     pool: Weak<Pool>,
 }
 
 impl Driven {
-    /// Back to the pool, if it was open when last driven. Not driven here: the
-    /// poll that read the body's end has driven it, and hyper made it idle then.
+    /// The body ended: the connection goes back to the pool if it may.
     fn release(&mut self) {
+        self.state = State::Done;
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if conn.open()
+        // Bytes after the response that nobody asked for: the connection is not
+        // in a state to reuse.
+        if self.reusable
+            && conn.buf.is_empty()
             && let Some(pool) = self.pool.upgrade()
         {
             pool.put(conn);
         }
     }
+
+    fn fail(&mut self, why: impl Into<BoxError>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.conn = None;
+        self.state = State::Done;
+        Poll::Ready(Some(Err(why.into())))
+    }
 }
 
 impl Body for Driven {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        let mut polled = Pin::new(&mut this.body).poll_frame(cx);
-        if polled.is_pending()
-            && let Some(conn) = &mut this.conn
-        {
-            // The body asked for more: the connection reads it, then the body has it.
-            conn.drive(cx);
-            polled = Pin::new(&mut this.body).poll_frame(cx);
+        loop {
+            let Some(conn) = &mut this.conn else {
+                return Poll::Ready(None);
+            };
+            match &mut this.state {
+                State::Done => {
+                    this.release();
+                    return Poll::Ready(None);
+                }
+                State::Length(left) if !conn.buf.is_empty() => {
+                    let n = (*left).min(conn.buf.len() as u64) as usize;
+                    let data = conn.buf.split_to(n).freeze();
+                    *left -= n as u64;
+                    if *left == 0 {
+                        this.release();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                State::Chunked(chunked) => match chunked.next(&mut conn.buf) {
+                    Ok(Some(Piece::Data(data))) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(Some(Piece::End(trailers))) => {
+                        this.release();
+                        return Poll::Ready(trailers.map(|t: HeaderMap| Ok(Frame::trailers(t))));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return this.fail(e),
+                },
+                State::Close if !conn.buf.is_empty() => {
+                    let data = conn.buf.split().freeze();
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                State::Length(_) | State::Close => {}
+            }
+            let Some(conn) = &mut this.conn else {
+                return Poll::Ready(None);
+            };
+            match ready!(conn.poll_read(cx)) {
+                Ok(0) if matches!(this.state, State::Close) => {
+                    this.conn = None;
+                    this.state = State::Done;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => {
+                    return this
+                        .fail("the upstream closed the connection before the response body's end");
+                }
+                Ok(_) => {}
+                Err(e) => return this.fail(e),
+            }
         }
-        match &polled {
-            Poll::Ready(None) => this.release(),
-            Poll::Ready(Some(Ok(_))) if this.body.is_end_stream() => this.release(),
-            Poll::Ready(Some(Err(_))) => this.conn = None,
-            _ => {}
-        }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        matches!(self.state, State::Done)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        match self.state {
+            State::Length(n) => SizeHint::with_exact(n),
+            State::Done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
     }
 }
 
 impl Drop for Driven {
     fn drop(&mut self) {
         // An empty body (204, HEAD, length 0) is never polled: it ended all the same.
-        if self.body.is_end_stream() {
+        if matches!(self.state, State::Done) {
             self.release();
         }
     }
