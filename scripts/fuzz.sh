@@ -15,7 +15,7 @@ while [[ $# -gt 0 ]]; do
         *) targets+=("$1"); shift ;;
     esac
 done
-[[ ${#targets[@]} -gt 0 ]] || targets=(fault_spec fault_file api_json http_bytes capture)
+[[ ${#targets[@]} -gt 0 ]] || targets=(fault_spec fault_file api_json http_bytes upstream_bytes capture)
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "installing cargo-fuzz (once)"
     cargo install cargo-fuzz --locked --quiet
