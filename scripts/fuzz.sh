@@ -35,7 +35,7 @@ rm -f "$build_log"
 scratch=$(mktemp -d /tmp/snag-fuzz.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 failed=0
-printf '%-12s %8s %14s %10s %8s\n' target seconds executions "exec/s" crashes
+printf '%-14s %8s %14s %10s %8s\n' target seconds executions "exec/s" crashes
 for t in "${targets[@]}"; do
     mkdir -p "corpus/$t"
     log=$(mktemp)
@@ -49,7 +49,7 @@ for t in "${targets[@]}"; do
     done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 || true)
     execs=$(sed -E 's/^#([0-9]+).*/\1/' <<<"$done_line")
     rate=$(grep -oE 'exec/s: [0-9]+' <<<"$done_line" | grep -oE '[0-9]+' || true)
-    printf '%-12s %8s %14s %10s %8s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" "$crashes"
+    printf '%-14s %8s %14s %10s %8s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" "$crashes"
     if [[ $crashes -ne 0 ]]; then
         echo "--- $t failed; its log:"
         grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' "$log" | tail -n 60

@@ -335,6 +335,10 @@ async fn raw_upstream() -> SocketAddr {
                     "/two-lengths" => b"HTTP/1.1 200 OK\r\ncontent-length: 3, 4\r\n\r\nabcd",
                     "/garbage" => b"SSH-2.0-OpenSSH_9.2\r\n\r\n",
                     "/short" => b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc",
+                    // The length of the representation, not of this response's body.
+                    "/not-modified" => b"HTTP/1.1 304 Not Modified\r\ncontent-length: 5\r\n\r\n",
+                    // A length where RFC 9110 forbids one, and bytes after the head.
+                    "/no-content" => b"HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\nhello",
                     _ => b"",
                 };
                 let stream = stream.get_mut();
@@ -366,6 +370,14 @@ async fn what_the_upstream_answers_reaches_the_client_and_what_is_malformed_is_a
             (close.status, &close.body[..]),
             (200, &b"all of this until the close"[..])
         );
+        // Responses without a body keep their head as it came, and no body.
+        for (path, status) in [("/not-modified", 304), ("/no-content", 204)] {
+            let got = curl(&url(path), &["--include"]).await;
+            let head = String::from_utf8_lossy(&got.body);
+            assert_eq!((got.exit, got.status), (0, status), "{path}: {got:?}");
+            assert!(head.contains("content-length: 5\r\n"), "{path}: {head}");
+            assert!(head.ends_with("\r\n\r\n"), "{path}: {head}");
+        }
         // Malformed, or closed before it answered: 502, saying why.
         for (path, why) in [
             ("/two-lengths", "Content-Length is not one number"),

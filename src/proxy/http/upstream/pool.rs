@@ -468,7 +468,8 @@ impl Body for Driven {
     fn size_hint(&self) -> SizeHint {
         match self.state {
             State::Length(n) => SizeHint::with_exact(n),
-            State::Done => SizeHint::with_exact(0),
+            // Not exact 0: a 304's or a HEAD's Content-Length speaks of the
+            // representation, and the server half passes a head it cannot check.
             _ => SizeHint::default(),
         }
     }
