@@ -90,22 +90,8 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, E
             _ => Version::HTTP_11,
         };
         // Offsets first: the head's bytes become shared before the values are cut.
-        let base = buf.as_ptr() as usize;
-        let mut spans = Vec::with_capacity(response.headers.len());
-        for h in response.headers.iter() {
-            let name = HeaderName::from_bytes(h.name.as_bytes())
-                .map_err(|_| Error::Head(format!("bad header name {:?}", h.name)))?;
-            let start = h.value.as_ptr() as usize - base;
-            spans.push((name, start, start + h.value.len()));
-        }
-        let head = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(spans.len());
-        for (name, start, end) in spans {
-            // httparse let through only bytes a field value may hold.
-            let value = HeaderValue::from_maybe_shared(head.slice(start..end))
-                .map_err(|_| Error::Head(format!("bad value of header {name}")))?;
-            headers.append(name, value);
-        }
+        let spans = spans(response.headers, buf).map_err(Error::Head)?;
+        let headers = fields(spans, buf.split_to(len).freeze()).map_err(Error::Head)?;
         let framing = framing(status, method, &headers)?;
         let keep_alive = framing != Framing::Close && keeps_alive(version, &headers);
         return Ok(Some(Head {
@@ -320,21 +306,45 @@ impl Chunked {
             };
         };
         let section = buf.split_to(end + 4);
+        let malformed = |_| Error::Chunk("a trailer field is malformed");
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let parsed = match httparse::parse_headers(&section, &mut slots) {
-            Ok(httparse::Status::Complete((_, parsed))) => parsed,
+        let spans = match httparse::parse_headers(&section, &mut slots) {
+            Ok(httparse::Status::Complete((_, parsed))) => {
+                spans(parsed, &section).map_err(malformed)?
+            }
             _ => return Err(Error::Chunk("a trailer field is malformed")),
         };
-        let mut trailers = HeaderMap::with_capacity(parsed.len());
-        for h in parsed {
-            let name = HeaderName::from_bytes(h.name.as_bytes())
-                .map_err(|_| Error::Chunk("a trailer field is malformed"))?;
-            let value = HeaderValue::from_bytes(h.value)
-                .map_err(|_| Error::Chunk("a trailer field is malformed"))?;
-            trailers.append(name, value);
-        }
+        let trailers = fields(spans, section.freeze()).map_err(malformed)?;
         Ok(Some(Piece::End(Some(trailers))))
     }
+}
+
+/// A parsed field: its name, and where its value is in the bytes it was parsed from.
+type Span = (HeaderName, usize, usize);
+
+/// The names of the fields httparse found in `from`, and their values' places.
+fn spans(parsed: &[httparse::Header], from: &[u8]) -> Result<Vec<Span>, String> {
+    let base = from.as_ptr() as usize;
+    let mut spans = Vec::with_capacity(parsed.len());
+    for h in parsed {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| format!("bad header name {:?}", h.name))?;
+        let start = h.value.as_ptr() as usize - base;
+        spans.push((name, start, start + h.value.len()));
+    }
+    Ok(spans)
+}
+
+/// The fields, their values sharing `bytes` (what [`spans`] read them from).
+fn fields(spans: Vec<Span>, bytes: Bytes) -> Result<HeaderMap, String> {
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for (name, start, end) in spans {
+        // httparse let through only bytes a field value may hold.
+        let value = HeaderValue::from_maybe_shared(bytes.slice(start..end))
+            .map_err(|_| format!("bad value of header {name}"))?;
+        headers.append(name, value);
+    }
+    Ok(headers)
 }
 
 /// A line ended by CRLF, taken from `buf` without it.
