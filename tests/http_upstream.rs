@@ -240,6 +240,21 @@ async fn a_client_leaving_in_the_middle_of_a_body_closes_that_upstream_connectio
     .await;
 }
 
+/// A health probe sent to `proxy`, once it arrived there (and a probe-scoped
+/// `drop_request` holds it).
+async fn probe_held(proxy: SocketAddr, snag: &snag::proxy::Proxy) -> TcpStream {
+    let mut client = TcpStream::connect(proxy).await.unwrap();
+    client
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    until(5, "the probe arrived", || {
+        snag.counters().snapshot().requests.get("probe") == Some(&1)
+    })
+    .await;
+    client
+}
+
 #[tokio::test]
 async fn a_client_hanging_up_on_a_request_in_flight_ends_it() {
     within(20, async {
@@ -249,15 +264,7 @@ async fn a_client_hanging_up_on_a_request_in_flight_ends_it() {
         let (proxy, snag) = common::serve(config, snag::proxy::RunContext::new(1)).await;
         // The request is read in one short read; nothing more comes until the close,
         // which must reach hyper as an event, not as a read it keeps trying.
-        let mut client = TcpStream::connect(proxy).await.unwrap();
-        client
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        until(5, "the probe arrived", || {
-            snag.counters().snapshot().requests.get("probe") == Some(&1)
-        })
-        .await;
+        let client = probe_held(proxy, &snag).await;
         assert_eq!(snag.counters().snapshot().probes_unanswered, 0);
         drop(client);
         until(5, "the probe ended unanswered", || {
@@ -284,15 +291,7 @@ async fn a_probe_in_flight_when_the_interposer_stops_is_not_a_lost_probe() {
         let snag = snag::proxy::Proxy::new(config, context).unwrap();
         let shutdown = snag::shutdown::Shutdown::new();
         let served = tokio::spawn(snag::proxy::serve(listener, snag.clone(), shutdown.clone()));
-        let mut client = TcpStream::connect(addr).await.unwrap();
-        client
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        until(5, "the probe arrived", || {
-            snag.counters().snapshot().requests.get("probe") == Some(&1)
-        })
-        .await;
+        let mut client = probe_held(addr, &snag).await;
         // As the API's DELETE does: stop accepting and close what is open, at once.
         shutdown.close();
         served.await.unwrap().unwrap();
