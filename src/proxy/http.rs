@@ -452,20 +452,10 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if present[0] {
         // Almost always `keep-alive` or `close`: a match on the string says so; a
         // token naming some other header is rare, and only then is a name made.
-        let mut named: Vec<HeaderName> = Vec::new();
-        for value in headers.get_all(header::CONNECTION) {
-            let Ok(value) = value.to_str() else {
-                continue;
-            };
-            for token in value.split(',').map(str::trim) {
-                if token.is_empty() || connection_option(token) {
-                    continue;
-                }
-                if let Ok(name) = HeaderName::from_bytes(token.as_bytes()) {
-                    named.push(name);
-                }
-            }
-        }
+        let named: Vec<HeaderName> = connection_tokens(headers)
+            .filter(|token| !connection_option(token))
+            .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
+            .collect();
         for name in named {
             headers.remove(name);
         }
@@ -473,6 +463,17 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, here)| *here) {
         headers.remove(name);
     }
+}
+
+/// The options the Connection header lists (RFC 9110 §7.6.1), trimmed, in order.
+pub(in crate::proxy::http) fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 /// Whether a Connection token names nothing to remove besides what is removed

@@ -13,6 +13,8 @@ use hyper::{
     http::request,
 };
 
+use crate::proxy::http::connection_tokens;
+
 /// Headers a response head may carry (hyper's client allows 100).
 const MAX_HEADERS: usize = 100;
 /// The longest response head, or chunk-size line or trailer section, accepted.
@@ -148,14 +150,7 @@ fn framing(status: StatusCode, method: &Method, headers: &HeaderMap) -> Result<F
 /// Whether the connection stays open after the response: HTTP/1.1 unless it says
 /// `close`, HTTP/1.0 only if it says `keep-alive`.
 fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    let says = |option: &str| {
-        headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(option))
-    };
+    let says = |option: &str| connection_tokens(headers).any(|t| t.eq_ignore_ascii_case(option));
     if version == Version::HTTP_10 {
         says("keep-alive")
     } else {
