@@ -77,6 +77,16 @@ pub fn sockets() -> Result<Vec<Socket>, Error> {
     }
 }
 
+/// Which socket table [`sockets`] reads: the kernel's boot and this process's
+/// network namespace, e.g. `3f5c…/net:[4026531840]`. Two processes with the same
+/// one count the same sockets (two load generators on one machine, whatever
+/// host names they were given); `None` where /proc does not say.
+pub fn socket_table() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let netns = std::fs::read_link("/proc/self/ns/net").ok()?;
+    Some(format!("{}/{}", boot.trim(), netns.display()))
+}
+
 /// Every TCP socket, from /proc/net/tcp and /proc/net/tcp6.
 pub fn proc_sockets() -> Result<Vec<Socket>, Error> {
     let mut out = Vec::new();

@@ -151,6 +151,37 @@ async fn two_shards_split_the_work_and_merge_into_one_report() {
     );
     assert!(p99 > 0.0 && p99 <= max, "{latency}");
 
+    // Two generators on one machine count its sockets twice over: their TIME_WAIT
+    // is that machine's, not the sum. On two machines, or from results that do
+    // not say (older versions), the counts add up.
+    assert!(
+        ra["sockets"].as_str().is_some_and(|t| t.contains("net:[")),
+        "{ra}"
+    );
+    assert_eq!(ra["sockets"], rb["sockets"]);
+    let counted = async |a_tw: u64, b_tw: u64, b_sockets: serde_json::Value| {
+        let edited =
+            [(&ra, a_tw, ra["sockets"].clone()), (&rb, b_tw, b_sockets)].map(|(r, tw, sockets)| {
+                let mut r = r.clone();
+                r["tally"]["seconds"][0]["time_wait"] = tw.into();
+                r["sockets"] = sockets;
+                r
+            });
+        let paths = ["one.json", "two.json"].map(|f| dir.path().join(f));
+        for (path, r) in paths.iter().zip(&edited) {
+            std::fs::write(path, r.to_string()).unwrap();
+        }
+        let paths = paths.map(|p| p.to_str().unwrap().to_string());
+        let (code, out) =
+            Process::run(snag(&["load", "merge", &paths[0], &paths[1], "--json"]), 30).await;
+        assert_eq!(code, 0, "{out}");
+        let merged: serde_json::Value = serde_json::from_str(&out).unwrap();
+        merged["rows"][0]["time_wait"].as_u64()
+    };
+    assert_eq!(counted(10, 20, rb["sockets"].clone()).await, Some(20));
+    assert_eq!(counted(10, 20, "elsewhere".into()).await, Some(30));
+    assert_eq!(counted(10, 20, serde_json::Value::Null).await, Some(30));
+
     // And for people: the rows, then each host with its pool.
     let (code, out) = merge(&[]).await;
     assert_eq!(code, 0, "{out}");

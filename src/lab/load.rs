@@ -131,6 +131,7 @@ impl Finished {
             traffic_s: self.traffic.as_secs_f64(),
             unfinished: self.report.unfinished,
             ports: self.report.ports.clone(),
+            sockets: crate::ports::socket_table(),
             tally: self.tally.clone(),
         }
     }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     report::{Host, Ports, Report},
     shard::Shard,
-    tally::{Saved, Tally},
+    tally::{Machine, Saved, Tally},
 };
 
 /// What a generator writes with `--result`: enough to merge it with the others.
@@ -34,6 +34,11 @@ pub struct ShardResult {
     pub unfinished: u64,
     /// Its own host's port pool towards the target.
     pub ports: Option<Ports>,
+    /// The socket table its port counts read ([`crate::ports::socket_table`]):
+    /// shards with the same one counted the same sockets. Absent from results
+    /// of older versions, which are then taken as each on a machine of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sockets: Option<String>,
     /// Its counts and histograms.
     pub tally: Saved,
 }
@@ -86,7 +91,9 @@ pub fn merge(mut results: Vec<ShardResult>) -> Result<Report, String> {
         return Err(format!("shard {} missing", missing.join(", ")));
     }
     let start = results.iter().map(|r| r.started_at_ms).min().unwrap_or(0);
-    let mut whole: Option<Tally> = None;
+    // Shards that read one socket table each counted all of its sockets: theirs
+    // are merged first, as one machine's; then the machines' add up.
+    let mut machines: Vec<(Option<&str>, Tally)> = Vec::new();
     let mut hosts = Vec::new();
     for r in &results {
         let tally = Tally::restore(&r.tally)
@@ -108,12 +115,20 @@ pub fn merge(mut results: Vec<ShardResult>) -> Result<Report, String> {
             started_after_ms: r.started_at_ms - start,
             ports: r.ports.clone(),
         });
-        match &mut whole {
-            Some(whole) => whole.merge(tally),
-            None => whole = Some(tally),
+        let table = r.sockets.as_deref();
+        match machines
+            .iter_mut()
+            .find(|(t, _)| table.is_some() && *t == table)
+        {
+            Some((_, machine)) => machine.merge(tally, Machine::Same),
+            None => machines.push((table, tally)),
         }
     }
-    let whole = whole.expect("at least one result");
+    let mut machines = machines.into_iter().map(|(_, tally)| tally);
+    let mut whole = machines.next().expect("at least one result");
+    for machine in machines {
+        whole.merge(machine, Machine::Other);
+    }
     let longest = |f: fn(&ShardResult) -> f64| secs(results.iter().map(f).fold(0.0, f64::max));
     let mut report = whole.report(
         &target,

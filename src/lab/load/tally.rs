@@ -92,6 +92,15 @@ fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
+/// Where another generator's tally was counted, for [`Tally::merge`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Machine {
+    /// On this tally's machine: its socket counts are of the same sockets.
+    Same,
+    /// Elsewhere: its sockets are others.
+    Other,
+}
+
 /// The running counts.
 pub(super) struct Tally {
     seconds: Vec<Second>,
@@ -356,8 +365,9 @@ impl Tally {
 
     /// Adds another generator's counts of the same run, second by second (their
     /// seconds start together: `--start-at`). TIME_WAIT and ports in use add up
-    /// across hosts; a queue depth is the deepest either saw.
-    pub(super) fn merge(&mut self, other: Tally) {
+    /// across machines, and are the larger of two counts of one machine's
+    /// sockets; a queue depth is the deepest either saw.
+    pub(super) fn merge(&mut self, other: Tally, machine: Machine) {
         let add = |a: &mut BTreeMap<Kind, u64>, b: &BTreeMap<Kind, u64>| {
             for (k, n) in b {
                 *a.entry(*k).or_default() += n;
@@ -365,6 +375,7 @@ impl Tally {
         };
         let sum = |a: Option<usize>, b: Option<usize>| match (a, b) {
             (None, None) => None,
+            (a, b) if machine == Machine::Same => a.max(b),
             (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
         };
         for (i, o) in other.seconds.into_iter().enumerate() {
@@ -513,7 +524,7 @@ mod tests {
             Tally::restore(&serde_json::from_str(&text).unwrap()).unwrap()
         };
         let mut merged = through(&a);
-        merged.merge(through(&b));
+        merged.merge(through(&b), Machine::Other);
         let d = Duration::from_secs(1);
         let (m, w) = (
             merged.report("t", true, d, d, 0, None),
@@ -544,9 +555,17 @@ mod tests {
                 "second {s}"
             );
         }
-        // Each host's sockets add up; the deepest queue is the one seen.
+        // Each machine's sockets add up; the deepest queue is the one seen.
         let row = merged.row(1);
         assert_eq!((row.time_wait, row.depth), (Some(30), Some(5)));
+        // Two counts of one machine's sockets are not two machines' sockets.
+        let mut one = through(&a);
+        one.merge(through(&b), Machine::Same);
+        assert_eq!(
+            (one.row(1).time_wait, one.seconds[1].in_use),
+            (Some(20), Some(21))
+        );
+        assert_eq!(one.report("t", true, d, d, 0, None).sent, w.sent);
         // A histogram that is not one says so.
         let mut saved = a.save();
         saved.latency = "not base64!".into();
