@@ -95,15 +95,19 @@ pub enum Error {
     /// No such file in the files directory.
     #[error("file not found")]
     FileNotFound,
+    /// No load run of that name is on (not begun, or over).
+    #[error("load run not found")]
+    RunNotFound,
 }
 
 impl Error {
     /// The HTTP status this error answers with.
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::ProxyNotFound | Error::ToxicNotFound | Error::FileNotFound => {
-                StatusCode::NOT_FOUND
-            }
+            Error::ProxyNotFound
+            | Error::ToxicNotFound
+            | Error::FileNotFound
+            | Error::RunNotFound => StatusCode::NOT_FOUND,
             Error::ProxyExists | Error::ToxicExists => StatusCode::CONFLICT,
             Error::Listen(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -121,8 +125,9 @@ pub struct Api {
     requests: AtomicU64,
     metrics: Metrics,
     header_timeout: Duration,
-    /// `Some` when `POST /load` runs load shards; they stop with this.
-    generator: Option<Shutdown>,
+    /// `Some` when `POST /load` runs load shards (they stop with the API's
+    /// shutdown) and `GET /load/RUN` tells how far one has got.
+    generator: Option<crate::lab::load::remote::Generator>,
 }
 
 /// Who may call the API, what it serves and where its files go.
@@ -168,7 +173,9 @@ impl Api {
     /// `shutdown`.
     pub fn new(context: RunContext, settings: Settings, shutdown: Shutdown) -> Arc<Api> {
         Arc::new(Api {
-            generator: settings.generator.then(|| shutdown.clone()),
+            generator: settings
+                .generator
+                .then(|| crate::lab::load::remote::Generator::new(shutdown.clone())),
             registry: Mutex::new(Registry::new(context, settings.files, shutdown)),
             token: settings.token,
             requests: AtomicU64::new(0),
@@ -312,12 +319,16 @@ pub async fn call(api: &Api, method: &Method, path: &str, body: &Bytes) -> Reply
         );
         return with_id(api, reply);
     }
-    if let (["load"], Some(shutdown)) = (segments.as_slice(), &api.generator) {
+    if let (["load", ..], Some(generator)) = (segments.as_slice(), &api.generator) {
         // Not under the registry's lock: a run takes its whole length.
-        let reply = if method == Method::POST {
-            load_shard(body, shutdown.clone()).await
-        } else {
-            empty(StatusCode::METHOD_NOT_ALLOWED)
+        let reply = match (segments.as_slice(), method) {
+            (["load"], &Method::POST) => load_shard(body, generator).await,
+            (["load", run], &Method::GET) => match generator.progress(run) {
+                Some(progress) => json(StatusCode::OK, &progress),
+                None => error(&Error::RunNotFound),
+            },
+            (["load"] | ["load", _], _) => empty(StatusCode::METHOD_NOT_ALLOWED),
+            _ => plain(StatusCode::NOT_FOUND, "404 page not found\n"),
         };
         return with_id(api, reply);
     }
@@ -470,13 +481,13 @@ fn decode<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
 
 /// `POST /load`: runs the shard asked for from its start instant and answers its
 /// result, as `snag load --shard --start-at --result` would write it.
-async fn load_shard(body: &Bytes, shutdown: Shutdown) -> Reply {
+async fn load_shard(body: &Bytes, generator: &crate::lab::load::remote::Generator) -> Reply {
     use crate::lab::load::remote;
     let request: remote::ShardRequest = match decode(body) {
         Ok(r) => r,
         Err(e) => return error(&e),
     };
-    match remote::serve_shard(request, shutdown).await {
+    match generator.serve(request).await {
         Ok(result) => json(StatusCode::OK, &result),
         Err(why) => error(&Error::Invalid(why)),
     }

@@ -535,6 +535,7 @@ async fn a_generator_api_runs_the_shard_it_is_sent() {
             shard: "1/2".parse().unwrap(),
             start_at_ms: snag::lab::load::remote::unix_ms(std::time::SystemTime::now()),
             host: Some("g1".into()),
+            run: None,
         };
         let body = serde_json::to_string(&request).unwrap();
         let off = spawn_api(api::Settings::default(), None).await;
@@ -569,6 +570,33 @@ async fn a_generator_api_runs_the_shard_it_is_sent() {
             bad.body
         );
         assert_eq!(call(on, "GET", "/load", "").await.status, 405);
+        // A named run tells how far it has got while it runs, and is gone after.
+        plan.requests = None;
+        plan.duration = std::time::Duration::from_secs(2);
+        let named = snag::lab::load::remote::ShardRequest {
+            plan: snag::lab::load::remote::PlanWire::try_from(&plan).unwrap(),
+            run: Some("r1".into()),
+            ..request
+        };
+        let body = serde_json::to_string(&named).unwrap();
+        let running = tokio::spawn(async move { call(on, "POST", "/load", &body).await });
+        let told = common::eventually(10, "the run told a second of traffic", || async {
+            let reply = call(on, "GET", "/load/r1", "").await;
+            let told = (reply.status == 200).then(|| json(&reply))?;
+            (told["second"].as_u64() >= Some(1)).then_some(told)
+        })
+        .await;
+        assert!(told["sent"].as_u64().unwrap() > 0, "{told}");
+        assert!(told["ok"].as_u64().unwrap() > 0, "{told}");
+        let done = running.await.unwrap();
+        assert_eq!(done.status, 200, "{}", done.body);
+        let sent = json(&done)["tally"]["sent"].as_u64().unwrap();
+        assert!(sent >= told["sent"].as_u64().unwrap(), "{sent} {told}");
+        let gone = call(on, "GET", "/load/r1", "").await;
+        assert_eq!(gone.status, 404, "{}", gone.body);
+        assert_eq!(json(&gone)["error"], "load run not found");
+        assert_eq!(call(on, "DELETE", "/load/r1", "").await.status, 405);
+        assert_eq!(call(on, "GET", "/load/r1/x", "").await.status, 404);
     })
     .await;
 }

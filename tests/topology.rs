@@ -136,7 +136,7 @@ for f in serve backend-a backend-b backend-c gen0 gen1; do
   for _ in $(seq 1000); do grep -qE 'listening|control API on' {out}/$f.out && break; sleep 0.01; done
   grep -qE 'listening|control API on' {out}/$f.out || {{ echo "$f did not start"; cat {out}/$f.out; exit 1; }}
 done
-ip netns exec {run} {snag} case {CASES} --quick --seed 7 --topology {out}/topo.toml --report-dir {out}/there || true
+ip netns exec {run} {snag} case {CASES} --quick --seed 7 --topology {out}/topo.toml --report-dir {out}/there 2> {out}/there.err || true
 ip netns exec {run} {snag} case share-rr --balancer haproxy --quick --seed 7 --topology {out}/topo.toml --report-dir {out}/haproxy || true
 ip netns exec {run} {snag} ctl --api 10.214.1.2:8474 --token t0ken list > {out}/left.txt
 for i in 1 2 3; do ip netns exec {run} curl -sf http://10.214.2.2:900$i/stats > {out}/stats-$i.json; done
@@ -199,6 +199,18 @@ for i in 1 2 3; do ip netns exec {run} curl -sf http://10.214.2.2:900$i/stats > 
         }
         from_both_generators(case, t);
     }
+    // The runs on generators elsewhere told their progress once a second, from
+    // what the generators said of theirs.
+    let err = std::fs::read_to_string(dir.join("there.err")).unwrap();
+    let sent = |line: &str| {
+        let (_, rest) = line.split_once(", sent ")?;
+        rest.split(',').next()?.parse::<u64>().ok()
+    };
+    assert!(
+        err.lines()
+            .any(|l| l.contains(" of ") && sent(l).is_some_and(|n| n > 0)),
+        "{err}"
+    );
     // The backends on their host served the data requests, by their own count.
     for i in 1..=3 {
         let stats: serde_json::Value =

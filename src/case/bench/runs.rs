@@ -35,7 +35,8 @@ impl Bench {
         let report = if self.topology.generators.is_empty() {
             self.here(label, plan).await
         } else {
-            let report = merged(self.elsewhere(&plan)?).await?;
+            let sent = self.elsewhere(&plan)?;
+            let report = self.watched(label, &plan, sent).await?;
             self.figure(format!("{label}: generators"), hosts(&report));
             report
         };
@@ -72,6 +73,61 @@ impl Bench {
         report
     }
 
+    /// A run on generators elsewhere, merged when each answered its result; its
+    /// progress told once a second from what they say of theirs (`GET /load/RUN`).
+    async fn watched(&self, label: &str, plan: &Plan, sent: Sent) -> anyhow::Result<load::Report> {
+        use crate::lab::load::remote::Progress;
+        let (case, total_s) = (self.case.name, plan.watch.max(plan.duration).as_secs_f64());
+        let Sent { run, shards, polls } = sent;
+        let mut merging = std::pin::pin!(merged(shards));
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let path = format!("/load/{run}");
+        let report = loop {
+            tokio::select! {
+                report = &mut merging => break report,
+                _ = tick.tick() => {}
+            }
+            // The slowest generator's second; the counts of all. One that does
+            // not answer within the second (not begun, or over) is left out.
+            let asked = polls.iter().map(|client| {
+                let (client, path) = (client.clone(), path.clone());
+                async move {
+                    let call = client.call(hyper::Method::GET, &path, None);
+                    tokio::time::timeout(Duration::from_secs(1), call).await
+                }
+            });
+            let mut told: Option<Progress> = None;
+            for answer in futures_join(asked.collect()).await {
+                let Ok(Ok(value)) = answer else { continue };
+                let Ok(p) = serde_json::from_value::<Progress>(value) else {
+                    continue;
+                };
+                let sum = told.get_or_insert(Progress {
+                    second: p.second,
+                    ..Progress::default()
+                });
+                sum.second = sum.second.min(p.second);
+                sum.sent += p.sent;
+                sum.ok += p.ok;
+                sum.errors += p.errors;
+            }
+            if let Some(p) = told.filter(|p| p.second > 0) {
+                (self.on_progress)(Some(&crate::case::Progress {
+                    case,
+                    label: label.into(),
+                    second: p.second.min(total_s.ceil() as usize),
+                    total_s,
+                    sent: p.sent,
+                    ok: p.ok,
+                    errors: p.errors,
+                }));
+            }
+        };
+        (self.on_progress)(None);
+        report
+    }
+
     /// Runs several plans at once (progress shows the first) and keeps their reports.
     pub async fn loads(&mut self, plans: Vec<(String, Plan)>) -> anyhow::Result<Vec<load::Report>> {
         let started_s = self.now_s();
@@ -89,8 +145,12 @@ impl Bench {
                 runs.push(self.elsewhere(plan)?);
             }
             let mut reports = Vec::new();
-            for (shards, (label, _)) in runs.into_iter().zip(&plans) {
-                let report = merged(shards).await?;
+            for (i, (sent, (label, plan))) in runs.into_iter().zip(&plans).enumerate() {
+                let report = if i == 0 {
+                    self.watched(label, plan, sent).await?
+                } else {
+                    merged(sent.shards).await?
+                };
                 self.figure(format!("{label}: generators"), hosts(&report));
                 reports.push(report);
             }
@@ -108,7 +168,7 @@ impl Bench {
 
     /// Sends `plan` as one shard to each generator elsewhere, to begin together a
     /// second from now: a task per generator, ending with its shard's result.
-    fn elsewhere(&self, plan: &Plan) -> anyhow::Result<Vec<Shard>> {
+    fn elsewhere(&self, plan: &Plan) -> anyhow::Result<Sent> {
         use crate::lab::load::remote::{PlanWire, ShardRequest, unix_ms};
         let wire = PlanWire::try_from(plan).map_err(|why| Unsupported {
             product: "this topology".into(),
@@ -117,16 +177,23 @@ impl Bench {
         let generators = &self.topology.generators;
         let count = generators.len() as u64;
         let start_at_ms = unix_ms(std::time::SystemTime::now()) + 1000;
-        let mut shards = Vec::new();
+        let run = format!("{}-{:016x}", self.case.name, rand::random::<u64>());
+        let (mut shards, mut polls) = (Vec::new(), Vec::new());
         for ((name, g), index) in generators.iter().zip(0..) {
             let request = ShardRequest {
                 plan: wire.clone(),
                 shard: load::Shard { index, count },
                 start_at_ms,
                 host: Some(name.clone()),
+                run: Some(run.clone()),
             };
             let body = serde_json::to_value(&request)?;
             let client = crate::api::client::Client::new(g.api, g.token.clone());
+            // Its own connection: the shard's holds its one call for the whole run.
+            polls.push(Arc::new(crate::api::client::Client::new(
+                g.api,
+                g.token.clone(),
+            )));
             let what = format!("generator {name} at {}", g.api);
             shards.push(tokio::spawn(async move {
                 let value = client
@@ -137,7 +204,7 @@ impl Bench {
                     .with_context(|| format!("{what}: not a shard result"))
             }));
         }
-        Ok(shards)
+        Ok(Sent { run, shards, polls })
     }
 
     /// The instant `at_s` seconds into the case, for parts a case drives on its own.
@@ -148,6 +215,14 @@ impl Bench {
 
 /// A shard sent to a generator elsewhere: its result when the run is over.
 type Shard = tokio::task::JoinHandle<anyhow::Result<load::ShardResult>>;
+
+/// A plan sent to the generators elsewhere: the name they know its run by, a
+/// shard on each, and a client for each to ask how far it has got.
+struct Sent {
+    run: String,
+    shards: Vec<Shard>,
+    polls: Vec<Arc<crate::api::client::Client>>,
+}
 
 /// The report one generator would have made, from every shard's result.
 async fn merged(shards: Vec<Shard>) -> anyhow::Result<load::Report> {

@@ -2,7 +2,9 @@
 //! side (wait for the start, run, answer its result), and the sender's.
 
 use std::{
+    collections::BTreeMap,
     net::SocketAddr,
+    sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
 
@@ -30,6 +32,99 @@ pub struct ShardRequest {
     /// What the result calls this host; `None`: its own name.
     #[serde(default)]
     pub host: Option<String>,
+    /// A name the sender gives this run, to ask how far it has got
+    /// (`GET /load/RUN`); `None`: not asked.
+    #[serde(default)]
+    pub run: Option<String>,
+}
+
+/// How far a shard's run has got: its seconds so far, and its counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Seconds of traffic and watch over.
+    pub second: usize,
+    /// Requests sent.
+    pub sent: u64,
+    /// Answered well.
+    pub ok: u64,
+    /// Failed.
+    pub errors: u64,
+}
+
+/// A generator's side of the API: the shards it runs for cases elsewhere, and
+/// how far each named one has got.
+pub struct Generator {
+    shutdown: Shutdown,
+    runs: Arc<Mutex<BTreeMap<String, Progress>>>,
+}
+
+impl Generator {
+    /// Runs stop with `shutdown`.
+    pub fn new(shutdown: Shutdown) -> Generator {
+        Generator {
+            shutdown,
+            runs: Arc::default(),
+        }
+    }
+
+    /// Runs `request`'s shard from its start instant, as `snag load --shard
+    /// --start-at --result` would, and answers its result; its progress is told
+    /// by [`Generator::progress`] while it runs.
+    pub async fn serve(&self, request: ShardRequest) -> Result<ShardResult, String> {
+        let host = request.host.clone().unwrap_or_else(host_name);
+        let plan = Plan::try_from(request.plan)?.sharded(request.shard)?;
+        let at = SystemTime::UNIX_EPOCH + Duration::from_millis(request.start_at_ms);
+        let _told = request.run.clone().map(|run| Told::new(&self.runs, run));
+        wait_until(at, &self.shutdown).await?;
+        let started_at_ms = unix_ms(SystemTime::now());
+        let (runs, run) = (self.runs.clone(), request.run);
+        let finished = super::run(plan, self.shutdown.clone(), |row| {
+            let Some(run) = &run else { return };
+            let mut runs = runs.lock().expect("no panic holds it");
+            if let Some(p) = runs.get_mut(run) {
+                p.second = row.second + 1;
+                p.sent += row.sent;
+                p.ok += row.ok;
+                p.errors += row.errors.values().sum::<u64>();
+            }
+        })
+        .await;
+        Ok(finished.result(&host, started_at_ms))
+    }
+
+    /// How far the run named `run` has got; `None` when no such run is on.
+    pub fn progress(&self, run: &str) -> Option<Progress> {
+        self.runs
+            .lock()
+            .expect("no panic holds it")
+            .get(run)
+            .cloned()
+    }
+}
+
+/// A run's entry among those whose progress is told, for as long as it runs.
+struct Told {
+    runs: Arc<Mutex<BTreeMap<String, Progress>>>,
+    run: String,
+}
+
+impl Told {
+    fn new(runs: &Arc<Mutex<BTreeMap<String, Progress>>>, run: String) -> Told {
+        let mut all = runs.lock().expect("no panic holds it");
+        all.insert(run.clone(), Progress::default());
+        Told {
+            runs: runs.clone(),
+            run,
+        }
+    }
+}
+
+impl Drop for Told {
+    fn drop(&mut self) {
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.remove(&self.run);
+        }
+    }
 }
 
 /// A [`Plan`] as JSON. TLS to the target is left out: a client configuration
@@ -269,18 +364,6 @@ pub async fn wait_until(at: SystemTime, shutdown: &Shutdown) -> Result<(), Strin
     }
 }
 
-/// The generator's side: runs `request`'s shard from its start instant, as `snag
-/// load --shard --start-at --result` would, and answers its result.
-pub async fn serve_shard(request: ShardRequest, shutdown: Shutdown) -> Result<ShardResult, String> {
-    let host = request.host.unwrap_or_else(host_name);
-    let plan = Plan::try_from(request.plan)?.sharded(request.shard)?;
-    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(request.start_at_ms);
-    wait_until(at, &shutdown).await?;
-    let started_at_ms = unix_ms(SystemTime::now());
-    let finished = super::run(plan, shutdown, |_| {}).await;
-    Ok(finished.result(&host, started_at_ms))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,6 +375,7 @@ mod tests {
             shard: Shard::WHOLE,
             start_at_ms: 0,
             host: None,
+            run: None,
         })
         .unwrap();
         let back: ShardRequest = serde_json::from_str(&json).unwrap();
