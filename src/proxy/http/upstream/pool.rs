@@ -211,8 +211,6 @@ struct Exchange<'a> {
     data: Bytes,
     /// The whole request was written.
     sent: bool,
-    /// Anything of the request was written.
-    wrote: bool,
 }
 
 impl<'a> Exchange<'a> {
@@ -225,14 +223,14 @@ impl<'a> Exchange<'a> {
             out: Vec::new(),
             data: Bytes::new(),
             sent: false,
-            wrote: false,
         }
     }
 
     fn failed(&self, error: impl Into<BoxError>) -> Failed {
         Failed {
             error: error.into(),
-            unsent: !self.wrote,
+            // Once the head is done, `at` counts the body's bytes.
+            unsent: !self.head_done && self.at == 0,
         }
     }
 
@@ -277,10 +275,7 @@ impl<'a> Exchange<'a> {
         body: &mut Incoming,
     ) -> Poll<Result<(), Failed>> {
         if !self.head_done {
-            let head = self.head;
-            let written = conn.poll_write_all(cx, head, &mut self.at);
-            self.wrote |= self.at > 0;
-            match ready!(written) {
+            match ready!(conn.poll_write_all(cx, self.head, &mut self.at)) {
                 Ok(()) => (self.head_done, self.at) = (true, 0),
                 Err(e) => return Poll::Ready(Err(self.failed(e))),
             }
@@ -290,17 +285,14 @@ impl<'a> Exchange<'a> {
         }
         while !self.sent {
             if !self.data.is_empty() {
-                let data = self.data.clone();
                 let mut at = 0;
-                let written = conn.poll_write_all(cx, &data, &mut at);
+                let written = conn.poll_write_all(cx, &self.data, &mut at);
                 self.data.advance(at);
                 ready!(written).map_err(|e| self.failed(e))?;
                 continue;
             }
             if self.at < self.out.len() {
-                let out = std::mem::take(&mut self.out);
-                let written = conn.poll_write_all(cx, &out, &mut self.at);
-                self.out = out;
+                let written = conn.poll_write_all(cx, &self.out, &mut self.at);
                 ready!(written).map_err(|e| self.failed(e))?;
                 continue;
             }
