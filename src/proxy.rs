@@ -8,6 +8,7 @@ mod listener;
 pub mod relay;
 pub mod scenario;
 pub mod socket;
+mod workers;
 
 use std::{
     collections::HashMap,
@@ -31,6 +32,7 @@ use crate::{
 pub use self::{
     drain::SLOW_DRAIN,
     scenario::{Running, play, start},
+    workers::Workers,
 };
 pub use crate::fault::Mode;
 
@@ -56,6 +58,9 @@ pub struct RunContext {
     /// Where the secrets of every TLS session go, if anywhere, so that a capture
     /// can be decrypted.
     pub keylog: Option<Arc<crate::tls::KeyLogFile>>,
+    /// The threads HTTP-mode connections are served on, one runtime each; without
+    /// them (tests on a paused clock) they are served on the caller's runtime.
+    pub workers: Option<Arc<Workers>>,
 }
 
 impl RunContext {
@@ -70,6 +75,7 @@ impl RunContext {
             events: None,
             capture: None,
             keylog: None,
+            workers: None,
         }
     }
 

@@ -13,7 +13,7 @@ use crate::{
         self,
         file::{ProxySpec, Scenario},
     },
-    proxy::{self, RunContext},
+    proxy::{self, RunContext, Workers},
     seed,
     shutdown::Shutdown,
 };
@@ -62,9 +62,9 @@ impl Evidence {
         })
     }
 
-    /// The run's context: `seed`, the flags' upstream and shutdown handling, and
-    /// events and captures sent here.
-    fn context(&self, seed: u64, flags: &cli::RunArgs) -> RunContext {
+    /// The run's context: `seed`, the flags' upstream and shutdown handling, events
+    /// and captures sent here, and a worker thread per core for HTTP mode.
+    fn context(&self, seed: u64, flags: &cli::RunArgs) -> anyhow::Result<RunContext> {
         let mut context = RunContext::new(seed);
         context.on_upstream_error = flags.on_upstream_error;
         context.connect_timeout = flags.connect_timeout;
@@ -72,7 +72,10 @@ impl Evidence {
         context.events = self.events.clone();
         context.capture = self.capture.clone();
         context.keylog = self.keylog.clone();
-        context
+        context.workers = Some(Arc::new(
+            Workers::per_core().context("could not start the worker threads")?,
+        ));
+        Ok(context)
     }
 
     /// Writes out what is queued and closes both files.
@@ -128,7 +131,7 @@ pub async fn serve(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         _ => None,
     };
     let evidence = Evidence::open(&args.evidence, file_capture)?;
-    let context = evidence.context(seed, &args.run);
+    let context = evidence.context(seed, &args.run)?;
     let listener = proxy::socket::bind(args.listen)
         .with_context(|| format!("control API: could not bind {}", args.listen))?;
     let metrics = api::Metrics {
@@ -176,7 +179,7 @@ pub async fn run(args: ProxyArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         seed
     });
     let evidence = Evidence::open(&args.evidence, scenario.capture.clone())?;
-    let context = evidence.context(seed, &args.run);
+    let context = evidence.context(seed, &args.run)?;
     let running = proxy::start(&scenario, &context, &shutdown)?;
     if let (Some(spec), Some(first)) = (args.drain, running.first()) {
         let proxy = first.proxy.clone();

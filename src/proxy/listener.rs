@@ -49,7 +49,13 @@ pub(super) async fn serve(
     let mut retry_at: Option<tokio::time::Instant> = None;
     let what = format!("{} {addr}", proxy.name);
     let tracker = TaskTracker::new();
-    let http = proxy.http_legs().map(|legs| Arc::new(legs.for_listener()));
+    // One copy of the legs per worker: a worker's connections share its pool.
+    let workers = proxy.context.workers.as_deref();
+    let http: Option<Vec<_>> = proxy.http_legs().map(|legs| {
+        (0..workers.map_or(1, |w| w.len()))
+            .map(|_| Arc::new(legs.for_listener()))
+            .collect()
+    });
     info!(proxy = %proxy.name, %addr, upstream = %proxy.upstream(), "listening");
     loop {
         let fault_state = fault_state(&faults.borrow_and_update(), class);
@@ -121,11 +127,18 @@ pub(super) async fn serve(
                         let control = proxy.register(conn);
                         match &http {
                             Some(legs) => {
-                                let (proxy, faults, legs) = (proxy.clone(), faults.clone(), legs.clone());
-                                tracker.spawn(async move {
-                                    super::http::handle(stream, proxy.clone(), faults, control, legs, class, conn).await;
+                                let worker = workers.map_or(0, |w| w.next());
+                                let (proxy, faults, legs) = (proxy.clone(), faults.clone(), legs[worker].clone());
+                                let serve = move |stream: std::io::Result<TcpStream>| async move {
+                                    if let Ok(stream) = stream {
+                                        super::http::handle(stream, proxy.clone(), faults, control, legs, class, conn).await;
+                                    }
                                     proxy.unregister(conn);
-                                }.instrument(span));
+                                }.instrument(span);
+                                match workers {
+                                    Some(w) => w.hand_off(worker, stream, &tracker, serve),
+                                    None => { tracker.spawn(serve(Ok(stream))); }
+                                }
                             }
                             None => {
                                 tracker.spawn(super::connection::handle(stream, conn, proxy.clone(), faults.clone(), control, class).instrument(span));

@@ -59,7 +59,8 @@ impl Registry {
             );
             let tasks = tokio::runtime::Handle::current()
                 .metrics()
-                .num_alive_tasks();
+                .num_alive_tasks()
+                + self.context.workers.as_ref().map_or(0, |w| w.alive_tasks());
             let _ = writeln!(
                 out,
                 "# HELP snag_tasks Tasks alive in snag's runtime (connections, listeners, timers).\n# TYPE snag_tasks gauge\nsnag_tasks {tasks}"

@@ -32,8 +32,9 @@ use crate::{
 
 /// What HTTP mode needs besides the proxy's state: TLS for the client leg, and the
 /// clients of the upstream leg. Made with the proxy, so that a bad certificate is
-/// an error when it starts; each listener serves with its own copy
-/// ([`Legs::for_listener`]), whose pooled upstream connections end with it.
+/// an error when it starts; each listener serves with its own copies
+/// ([`Legs::for_listener`], one per worker thread), whose pooled upstream
+/// connections end with it.
 pub struct Legs {
     /// TLS on the listeners, if any.
     acceptor: Option<TlsAcceptor>,
