@@ -12,10 +12,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = std::env::var("SNAG_THREADS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-    {
+    if let Some(n) = snag::proxy::threads() {
         runtime.worker_threads(n);
     }
     let runtime = runtime

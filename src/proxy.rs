@@ -32,7 +32,7 @@ use crate::{
 pub use self::{
     drain::SLOW_DRAIN,
     scenario::{Running, play, start},
-    workers::Workers,
+    workers::{Workers, threads},
 };
 pub use crate::fault::Mode;
 

@@ -61,21 +61,15 @@ impl Workers {
 
     /// As many workers as `SNAG_THREADS` says, or one per core.
     pub fn per_core() -> io::Result<Workers> {
-        let threads = std::env::var("SNAG_THREADS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        Workers::start(threads)
+        Workers::start(
+            threads()
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        )
     }
 
     /// How many workers there are.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.workers.len()
-    }
-
-    /// Never: there is at least one.
-    pub fn is_empty(&self) -> bool {
-        self.workers.is_empty()
     }
 
     /// Tasks alive on the workers.
@@ -108,14 +102,18 @@ impl Workers {
         self.workers[i]
             .handle
             .spawn(tracker.track_future(async move {
-                let stream = stream.and_then(|s| {
-                    TcpStream::from_std(s).inspect_err(
-                        |err| warn!(%err, "could not hand the connection to a worker; closing it"),
-                    )
-                });
+                let stream = stream.and_then(TcpStream::from_std).inspect_err(
+                    |err| warn!(%err, "could not hand the connection to a worker; closing it"),
+                );
                 serve(stream).await
             }));
     }
+}
+
+/// The number of threads `SNAG_THREADS` asks for, if it is set to one: the
+/// runtime's workers and the HTTP-mode workers both follow it.
+pub fn threads() -> Option<usize> {
+    std::env::var("SNAG_THREADS").ok()?.parse().ok()
 }
 
 #[cfg(test)]
