@@ -12,8 +12,15 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = snag::proxy::threads() {
-        runtime.worker_threads(n);
+    match snag::proxy::threads() {
+        Ok(Some(n)) => {
+            runtime.worker_threads(n);
+        }
+        Ok(None) => {}
+        Err(why) => {
+            eprintln!("snag: {why}");
+            return ExitCode::from(2);
+        }
     }
     let runtime = runtime
         .enable_all()

@@ -352,3 +352,27 @@ fn a_bad_port_range_or_backend_protocol_is_refused_by_name() {
         );
     }
 }
+
+#[test]
+fn a_bad_thread_count_is_refused_before_anything_starts() {
+    for bad in ["0", "many"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_snag"))
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "127.0.0.1:9",
+            ])
+            .env("SNAG_THREADS", bad)
+            .output()
+            .expect("snag runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "SNAG_THREADS={bad}: {stderr}");
+        assert!(
+            stderr.contains(&format!("SNAG_THREADS=\"{bad}\"")) && stderr.contains("from 1"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

@@ -61,9 +61,9 @@ impl Workers {
 
     /// As many workers as `SNAG_THREADS` says, or one per core.
     pub fn per_core() -> io::Result<Workers> {
+        let threads = threads().map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         Workers::start(
-            threads()
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         )
     }
 
@@ -112,8 +112,24 @@ impl Workers {
 
 /// The number of threads `SNAG_THREADS` asks for, if it is set to one: the
 /// runtime's workers and the HTTP-mode workers both follow it.
-pub fn threads() -> Option<usize> {
-    std::env::var("SNAG_THREADS").ok()?.parse().ok()
+/// `Err` says why when it is set to something else.
+pub fn threads() -> Result<Option<usize>, String> {
+    match std::env::var("SNAG_THREADS") {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(value) => parse_threads(&value).map(Some),
+        Err(std::env::VarError::NotUnicode(value)) => Err(format!(
+            "SNAG_THREADS={value:?}: not a number of threads (a whole number from 1)"
+        )),
+    }
+}
+
+fn parse_threads(value: &str) -> Result<usize, String> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "SNAG_THREADS={value:?}: not a number of threads (a whole number from 1)"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +139,17 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+
+    #[test]
+    fn a_thread_count_is_a_whole_number_from_one() {
+        assert_eq!(parse_threads("4"), Ok(4));
+        assert_eq!(parse_threads(" 1 "), Ok(1));
+        for bad in ["0", "-1", "two", "", "1.5"] {
+            let err = parse_threads(bad).unwrap_err();
+            assert!(err.starts_with("SNAG_THREADS="), "{bad}: {err}");
+            assert!(err.contains("from 1"), "{bad}: {err}");
+        }
+    }
 
     /// Connections go to the workers in turn, each served on its worker's thread,
     /// and the tracker sees them all end.
