@@ -282,6 +282,19 @@ fn prepare(settings: &Settings, note: &mut dyn FnMut(Note)) -> anyhow::Result<u6
     Ok(limit)
 }
 
+/// A backend's listener, with the longest accept queue the kernel allows. Thousands
+/// of connections arrive in the first seconds; at tokio's 1024 the queue overflowed
+/// while this process, beside the load it makes, was slow to accept, the kernel
+/// dropped snag's SYNs, and snag rightly gave up on the upstream after its connect
+/// timeout (a 2-core VM: 165 and 143 failed rounds on the clean proxies) — the
+/// soak measured its own backends.
+async fn backend_listener() -> std::io::Result<TcpListener> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    // SOMAXCONN, the most `listen` takes (the kernel caps it at net.core.somaxconn).
+    crate::proxy::socket::set_backlog(&listener, 4096)?;
+    Ok(listener)
+}
+
 /// The backends behind the four proxies, in this process: an echo for TCP, and an
 /// HTTP server that answers each request with its body.
 struct Backends {
@@ -293,10 +306,10 @@ struct Backends {
 impl Backends {
     async fn start() -> anyhow::Result<Backends> {
         let stop = Shutdown::new();
-        let tcp_backend = TcpListener::bind("127.0.0.1:0").await?;
+        let tcp_backend = backend_listener().await?;
         let tcp = tcp_backend.local_addr()?;
         tokio::spawn(crate::lab::backend::echo(tcp_backend, stop.clone()));
-        let http_backend = TcpListener::bind("127.0.0.1:0").await?;
+        let http_backend = backend_listener().await?;
         let http = http_backend.local_addr()?;
         tokio::spawn(crate::lab::serve_http(
             http_backend,
