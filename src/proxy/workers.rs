@@ -114,13 +114,9 @@ impl Workers {
 /// runtime's workers and the HTTP-mode workers both follow it.
 /// `Err` says why when it is set to something else.
 pub fn threads() -> Result<Option<usize>, String> {
-    match std::env::var("SNAG_THREADS") {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Ok(value) => parse_threads(&value).map(Some),
-        Err(std::env::VarError::NotUnicode(value)) => Err(format!(
-            "SNAG_THREADS={value:?}: not a number of threads (a whole number from 1)"
-        )),
-    }
+    std::env::var_os("SNAG_THREADS")
+        .map(|value| parse_threads(&value.to_string_lossy()))
+        .transpose()
 }
 
 fn parse_threads(value: &str) -> Result<usize, String> {
