@@ -13,6 +13,7 @@
 mod checks;
 mod churn;
 mod client;
+mod observe;
 mod page;
 mod tally;
 mod target;
@@ -32,8 +33,12 @@ use anyhow::{Context, bail};
 use http_body_util::{BodyExt, Full};
 use tokio::{net::TcpListener, task::JoinHandle, time::Instant};
 
-pub use self::{tally::Counts, target::Sample};
-use self::{tally::Tally, target::Target};
+pub use self::{observe::Missed, tally::Counts, target::Sample};
+use self::{
+    observe::{observe, settle},
+    tally::Tally,
+    target::Target,
+};
 use crate::{UsageError, report::Check, shutdown::Shutdown};
 
 /// The four proxies: name, mode, whether every round must succeed.
@@ -104,6 +109,9 @@ pub enum Note<'a> {
     },
     /// One second of the load.
     Second(&'a Row),
+    /// A sample that could not be read while snag was still running (on a busy
+    /// host an API call can take longer than its 10 s); the load goes on.
+    SampleMissed(&'a Missed),
 }
 
 /// One sampled second, with what the clients had counted by then.
@@ -179,8 +187,8 @@ pub async fn run(
         api_errors.clone(),
         clients.clone(),
     ));
-    let (samples, interrupted) = observe(
-        &target,
+    let (samples, missed, interrupted) = observe(
+        &mut target,
         &tallies,
         started,
         settings.duration,
@@ -202,7 +210,11 @@ pub async fn run(
     for handle in handles {
         let _ = tokio::time::timeout_at(deadline, handle).await;
     }
-    let (end, pooled) = settle(&target, &baseline, backends.http).await;
+    let (end, pooled) =
+        match settle(&target, &baseline, backends.http, target::pooled_upstreams).await {
+            Ok((end, pooled)) => (Ok(end), pooled),
+            Err(err) => (Err(err), 0),
+        };
     let stderr = std::fs::read_to_string(&target.stderr).unwrap_or_default();
     let exit = if target.alive() {
         target.stop(15).await.map_err(|e| e.to_string())
@@ -231,6 +243,7 @@ pub async fn run(
         load_s,
     };
     let (checks, plateau) = checks::judge(&observed);
+    let end = observed.end;
     let drains = drains.lock().map(|d| d.clone()).unwrap_or_default();
     let report = serde_json::json!({
         "seed": seed,
@@ -239,7 +252,8 @@ pub async fn run(
         "duration_s": load_s,
         "descriptor_limit": limit,
         "baseline": baseline,
-        "after": end,
+        "after": end.as_ref().ok(),
+        "after_unread": end.as_ref().err(),
         "plateau_rss_mib": plateau,
         "host": host,
         "proxies": PROXIES.iter().enumerate().map(|(i, (name, _, _))| (name.to_string(), counts[i])).collect::<BTreeMap<_, _>>(),
@@ -247,6 +261,7 @@ pub async fn run(
         "drains_at_s": drains,
         "checks": checks,
         "samples": samples,
+        "missed_samples": missed,
     });
     let figures = settings.report_dir.join("soak.json");
     std::fs::write(&figures, serde_json::to_string_pretty(&report)? + "\n")?;
@@ -386,71 +401,4 @@ fn spawn_clients(
             tokio::spawn(client.run(stop.clone()))
         })
         .collect()
-}
-
-/// Waits, with a deadline, for snag to let go of everything once the load has
-/// stopped; the last sample, and the idle upstream connections it may keep.
-async fn settle(target: &Target, baseline: &Sample, http_backend: SocketAddr) -> (Sample, u64) {
-    let mut after = None;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        let Ok(s) = target.sample().await else { break };
-        let pooled = target::pooled_upstreams(http_backend);
-        let settled = s.connections == 0 && s.fds <= baseline.fds + pooled + FD_SLACK;
-        after = Some((s, pooled));
-        if settled {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    after.unwrap_or_default()
-}
-
-/// Samples `target` and the tallies once a second (or as fast as a sample allows)
-/// until `duration` from `started` has passed, a [`Note::Second`] each time; `true`
-/// with the samples if `shutdown` cut it short.
-async fn observe(
-    target: &Target,
-    tallies: &[Tally; 4],
-    started: Instant,
-    duration: Duration,
-    shutdown: &Shutdown,
-    note: &mut dyn FnMut(Note),
-) -> (Vec<Sample>, bool) {
-    let mut samples = Vec::new();
-    let mut last_ok = 0;
-    let mut interrupted = false;
-    // The load runs for its duration on the clock: a sample a second while a sample
-    // takes less (on a busy machine reading the API under load can take longer, and
-    // the soak must not stretch with it).
-    let mut second = 0;
-    while started.elapsed() < duration {
-        second = (started.elapsed().as_secs() + 1).max(second + 1);
-        let next = (started + Duration::from_secs(second)).min(started + duration);
-        tokio::select! {
-            _ = shutdown.wait() => { interrupted = true; break }
-            _ = tokio::time::sleep_until(next) => {}
-        }
-        let Ok(mut sample) = target.sample().await else {
-            break; // the checks below say what happened to it
-        };
-        let ok: u64 = tallies.iter().map(|t| Tally::get(&t.ok)).sum();
-        sample.t = started.elapsed().as_secs_f64();
-        sample.ok_per_s = ok - last_ok;
-        last_ok = ok;
-        let verified: u64 = tallies.iter().map(|t| Tally::get(&t.verified)).sum();
-        let ended: u64 = tallies.iter().map(|t| Tally::get(&t.ended)).sum();
-        let failed: u64 = tallies
-            .iter()
-            .map(|t| Tally::get(&t.failed) + Tally::get(&t.corrupted))
-            .sum();
-        note(Note::Second(&Row {
-            sample,
-            verified_bytes: verified,
-            ended,
-            failed,
-        }));
-        samples.push(sample);
-    }
-    (samples, interrupted)
 }

@@ -96,6 +96,7 @@ fn print(note: Note) {
                 "failed"
             );
         }
+        Note::SampleMissed(miss) => say!("{:>5.0}  no sample: {}", miss.t, miss.error),
         Note::Second(row) => {
             let s = &row.sample;
             say!(

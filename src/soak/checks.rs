@@ -15,9 +15,9 @@ pub(super) struct Observed<'a> {
     /// API calls made to change faults and drain, and those that failed.
     pub(super) calls: u64,
     pub(super) api_failures: Vec<String>,
-    /// snag serve before the load and once it let go.
+    /// snag serve before the load and once it let go (or why it could not be read).
     pub(super) baseline: Sample,
-    pub(super) end: Sample,
+    pub(super) end: Result<Sample, String>,
     /// Idle pooled connections to the HTTP backend at the end (not a leak).
     pub(super) pooled: u64,
     pub(super) samples: &'a [Sample],
@@ -117,16 +117,23 @@ pub(super) fn judge(o: &Observed) -> (Vec<Check>, f64) {
         ),
         check(
             "no connection left open once the load stopped",
-            end.connections == 0,
-            format!("{} open", end.connections),
+            end.as_ref().is_ok_and(|end| end.connections == 0),
+            match end {
+                Ok(end) => format!("{} open", end.connections),
+                Err(err) => unread(err),
+            },
         ),
         check(
             "no descriptor leaked",
-            end.fds <= baseline.fds + pooled + FD_SLACK,
-            format!(
-                "{} before the load, {} after ({} of them idle upstream connections in the HTTP pool)",
-                baseline.fds, end.fds, pooled
-            ),
+            end.as_ref()
+                .is_ok_and(|end| end.fds <= baseline.fds + pooled + FD_SLACK),
+            match end {
+                Ok(end) => format!(
+                    "{} before the load, {} after ({} of them idle upstream connections in the HTTP pool)",
+                    baseline.fds, end.fds, pooled
+                ),
+                Err(err) => unread(err),
+            },
         ),
         {
             // Other programs slow the ramp: memory may still be rising when the load
@@ -136,16 +143,20 @@ pub(super) fn judge(o: &Observed) -> (Vec<Check>, f64) {
             let reference = if busy.is_some() { peak_rss } else { plateau };
             check(
                 "memory back within 10% of its plateau",
-                end.rss_mib <= reference * 1.10,
-                format!(
-                    "plateau {plateau:.1} MiB, peak {peak_rss:.1} MiB, after {:.1} MiB ({:+.1}%{})",
-                    end.rss_mib,
-                    (end.rss_mib / reference.max(0.001) - 1.0) * 100.0,
-                    busy.map_or(String::new(), |h| format!(
-                        " of the peak: a busy host, {}",
-                        h.describe()
-                    ))
-                ),
+                end.as_ref()
+                    .is_ok_and(|end| end.rss_mib <= reference * 1.10),
+                match end {
+                    Ok(end) => format!(
+                        "plateau {plateau:.1} MiB, peak {peak_rss:.1} MiB, after {:.1} MiB ({:+.1}%{})",
+                        end.rss_mib,
+                        (end.rss_mib / reference.max(0.001) - 1.0) * 100.0,
+                        busy.map_or(String::new(), |h| format!(
+                            " of the peak: a busy host, {}",
+                            h.describe()
+                        ))
+                    ),
+                    Err(err) => unread(err),
+                },
             )
         },
         check(
@@ -168,10 +179,81 @@ pub(super) fn judge(o: &Observed) -> (Vec<Check>, f64) {
     (checks, plateau)
 }
 
+/// The detail of a check that needed snag's figures after the load and had none.
+fn unread(err: &str) -> String {
+    format!("snag's figures after the load could not be read within 30 s: {err}")
+}
+
 fn check(what: &str, passed: bool, detail: String) -> Check {
     Check {
         what: what.to_string(),
         passed,
         detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soak::Tally;
+
+    fn observed(samples: &[Sample], end: Result<Sample, String>) -> Observed<'_> {
+        let tally = Tally::default();
+        Observed {
+            target_connections: 0,
+            alive_under_load: true,
+            stderr: String::new(),
+            counts: [(); 4].map(|()| tally.counts()),
+            calls: 1,
+            api_failures: Vec::new(),
+            baseline: Sample {
+                fds: 20,
+                ..Sample::default()
+            },
+            end,
+            pooled: 0,
+            samples,
+            host: None,
+            exit: Err("not run".into()),
+            interrupted: false,
+            load_s: 60.0,
+        }
+    }
+
+    fn passed(checks: &[Check], what: &str) -> bool {
+        checks
+            .iter()
+            .find(|c| c.what.starts_with(what))
+            .unwrap()
+            .passed
+    }
+
+    #[test]
+    fn figures_that_could_not_be_read_after_the_load_fail_the_leak_checks() {
+        let samples = [Sample {
+            rss_mib: 100.0,
+            connections: 9000,
+            ..Sample::default()
+        }];
+        let after = Sample {
+            rss_mib: 90.0,
+            fds: 22,
+            ..Sample::default()
+        };
+        let (checks, _) = judge(&observed(&samples, Ok(after)));
+        for what in ["no connection", "no descriptor", "memory back"] {
+            assert!(passed(&checks, what), "{what}: {checks:?}");
+        }
+        let unread = Err("GET /metrics: no answer within 10 s".to_string());
+        let (checks, _) = judge(&observed(&samples, unread));
+        for what in ["no connection", "no descriptor", "memory back"] {
+            assert!(!passed(&checks, what), "{what}: {checks:?}");
+            let detail = &checks
+                .iter()
+                .find(|c| c.what.starts_with(what))
+                .unwrap()
+                .detail;
+            assert!(detail.contains("no answer within 10 s"), "{detail}");
+        }
     }
 }
