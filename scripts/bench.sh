@@ -410,8 +410,11 @@ table "HTTP mode with http_status 503 at toxicity 0.1, against HAProxy and nginx
 # Timing, seen by a client's own clock through snag to a small upstream of its own:
 # round trips of one byte with latency=1 against without; the gaps between the
 # pieces of a 64 KiB block with slicer delay=200 µs; the rate of bandwidth=500 KB/s.
+# The anchor for latency: the upstream itself waiting 1 ms before each echo (a
+# sleep with no timer slack) behind the same passthrough, which is what a 1 ms wait
+# in this chain costs on this host; a VM whose idle vCPUs halt wakes late.
 cat > "$work/timing.py" <<'PY'
-import socket, sys, threading, time
+import ctypes, socket, sys, threading, time
 mode, proxy, upstream, arg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 size = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 srv = socket.socket()
@@ -421,11 +424,14 @@ srv.listen(8)
 def serve():
     c, _ = srv.accept()
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if mode == "rtt":
+    if mode in ("rtt", "rtt_sleep"):
+        ctypes.CDLL(None).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK: 1 ns
         while True:
             d = c.recv(64)
             if not d:
                 return
+            if mode == "rtt_sleep":
+                time.sleep(0.001)
             c.sendall(d)
     c.recv(16)
     c.sendall(b"x" * size)
@@ -433,7 +439,7 @@ def serve():
 threading.Thread(target=serve, daemon=True).start()
 cl = socket.create_connection(("127.0.0.1", proxy))
 cl.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-if mode == "rtt":  # ARG round trips: p50 and p99 in µs
+if mode in ("rtt", "rtt_sleep"):  # ARG round trips: p50 and p99 in µs
     rtts = []
     for _ in range(int(arg)):
         t = time.perf_counter_ns()
@@ -471,11 +477,12 @@ timed() { # fault args… -> runs timing.py through a fresh snag with the fault
   kill "$pid"; wait "$pid" 2>/dev/null || true
   echo "$out"
 }
-base=() lat=() gaps=() rate=()
+base=() lat=() slept=() gaps=() rate=()
 for round in $(seq "$rounds"); do
   printf '\rtiming round %d/%d…' "$round" "$rounds" >&2
   base+=("$(timed rtt 2000 0)")
   lat+=("$(timed rtt 2000 0 --fault latency:latency=1)")
+  slept+=("$(timed rtt_sleep 2000 0)")
   gaps+=("$(timed gaps 200 65536 --fault slicer:average_size=64,size_variation=0,delay=200)")
   rate+=("$(timed rate 0 550000 --fault bandwidth:rate=500)")
 done
@@ -485,6 +492,8 @@ echo
 echo "Timing, by the client's clock (median of $rounds)"
 awk -v b50="$(pick 1 "${base[@]}")" -v b99="$(pick 2 "${base[@]}")" -v l50="$(pick 1 "${lat[@]}")" -v l99="$(pick 2 "${lat[@]}")" \
   'BEGIN { printf "  latency=1 adds        %.3f ms at p50, %.3f ms at p99 (round trips: %.0f/%.0f µs without, %.0f/%.0f µs with; target 1.00 ± 0.10 and ± 0.30 ms)\n", (l50 - b50) / 1000, (l99 - b99) / 1000, b50, b99, l50, l99 }'
+awk -v b50="$(pick 1 "${base[@]}")" -v b99="$(pick 2 "${base[@]}")" -v s50="$(pick 1 "${slept[@]}")" -v s99="$(pick 2 "${slept[@]}")" \
+  'BEGIN { printf "    anchor              %.3f ms at p50, %.3f ms at p99 with the upstream sleeping 1 ms itself before each echo instead: what a 1 ms wait in this chain costs on this host\n", (s50 - b50) / 1000, (s99 - b99) / 1000 }'
 printf '  slicer delay=200 µs   %s%% of gaps within 200 ± 50 µs (p10 %s, p50 %s, p90 %s µs over %s pieces; target ≥ 90%%)\n' \
   "$(pick 1 "${gaps[@]}")" "$(pick 2 "${gaps[@]}")" "$(pick 3 "${gaps[@]}")" "$(pick 4 "${gaps[@]}")" "$(pick 5 "${gaps[@]}")"
 awk -v r="$(pick 1 "${rate[@]}")" -v s="$(pick 2 "${rate[@]}")" \
