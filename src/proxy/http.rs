@@ -240,7 +240,10 @@ async fn respond(
                 if !conn.h2conn.planned() {
                     hits.acted(fault);
                 }
-                if conn.h2conn.start(plan, cx.stream, &fault.name, proxy) {
+                if conn
+                    .h2conn
+                    .start(plan, (cx.stream, cx.on_conn), &fault.name, proxy)
+                {
                     drop((body, turn));
                     return unprocessed(conn, cx.stream).await;
                 }

@@ -190,6 +190,11 @@ impl Frames {
         Some((id, self.taken))
     }
 
+    /// How many streams the client opened, taken or not.
+    pub(super) fn opened_count(&self) -> u64 {
+        self.taken + self.opened.len() as u64
+    }
+
     /// Queues a GOAWAY; it leaves at the next frame boundary.
     pub(super) fn goaway(&mut self, last_stream: u32, code: u32) {
         let mut frame = header(8, GOAWAY, 0, 0);

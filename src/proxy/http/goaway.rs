@@ -31,6 +31,11 @@ use crate::{
 /// frame written while hyper is idle).
 const TICK: Duration = Duration::from_millis(1);
 
+/// How long the close waits for hyper to hand over the streams at or below the
+/// last one: it hands each over as it reads it, so this bounds only a stream hyper
+/// refused before any exchange saw it.
+const HANDOVER_MAX: Duration = Duration::from_secs(5);
+
 /// Shared by a connection's exchanges and its serving loop.
 #[derive(Debug, Default)]
 pub(super) struct H2Conn {
@@ -105,6 +110,11 @@ struct State {
     last: Option<u32>,
     /// The highest stream forwarded upstream.
     forwarded: u32,
+    /// How many streams, by their number on the connection, are at or below the
+    /// last one: each must have decided before `processing` says all is answered
+    /// (one the frame layer saw but no exchange has forwarded yet counts nothing
+    /// there).
+    below_last: u64,
 }
 
 /// A forwarded stream's response; the close waits for it to finish.
@@ -164,9 +174,16 @@ impl H2Conn {
         self.state().plan.is_some()
     }
 
-    /// Fault `fault` asked for `plan` on stream `id`; true if this stream is then
-    /// unprocessed. Only the first GOAWAY of a connection plays.
-    pub(super) fn start(&self, plan: GoawayPlan, id: u32, fault: &str, proxy: &Proxy) -> bool {
+    /// Fault `fault` asked for `plan` on stream `id`, the `number`th of the
+    /// connection; true if this stream is then unprocessed. Only the first GOAWAY
+    /// of a connection plays.
+    pub(super) fn start(
+        &self,
+        plan: GoawayPlan,
+        (id, number): (u32, u64),
+        fault: &str,
+        proxy: &Proxy,
+    ) -> bool {
         let mut state = self.state();
         if state.plan.is_some() {
             return state.last.is_some_and(|last| id > last);
@@ -182,13 +199,15 @@ impl H2Conn {
         match last {
             Some(last) => {
                 state.last = Some(last);
+                // Every stream before this one has decided (it waited its turn).
+                state.below_last = number;
                 frames.goaway(last, plan.error_code);
                 goaway_sent(proxy, fault, last, plan.error_code, true);
             }
             None => {
                 frames.goaway(MAX_STREAM, plan.error_code);
                 frames.ping();
-                goaway_sent(proxy, fault, MAX_STREAM, plan.error_code, false);
+                goaway_sent(proxy, fault, MAX_STREAM, plan.error_code, true);
             }
         }
         drop(frames);
@@ -251,29 +270,49 @@ impl H2Conn {
             }
             let mut frames = lock(&self.frames);
             let last = frames.max_opened;
-            self.state().last = Some(last);
+            {
+                let mut state = self.state();
+                state.last = Some(last);
+                state.below_last = frames.opened_count();
+            }
             frames.goaway(last, plan.error_code);
             drop(frames);
-            goaway_sent(proxy, &fault, last, plan.error_code, true);
+            goaway_sent(proxy, &fault, last, plan.error_code, false);
         }
         while !wire.inject() {
             tokio::time::sleep(TICK).await;
         }
         if plan.close == Close::AfterStreamsFinish {
+            // The streams up to the last one decide (hyper may not have handed the
+            // latest over yet), then those forwarded finish.
+            let handover = tokio::time::Instant::now() + HANDOVER_MAX;
             loop {
                 let woken = self.changed.notified();
-                if self.processing.load(Ordering::SeqCst) == 0 {
+                let below_last = self.state().below_last;
+                let decided = self
+                    .decided
+                    .lock()
+                    .expect("no code panics holding the turn")
+                    .0
+                    >= below_last
+                    || tokio::time::Instant::now() >= handover;
+                if decided && self.processing.load(Ordering::SeqCst) == 0 {
                     break;
                 }
-                woken.await;
+                tokio::select! {
+                    () = woken => {}
+                    () = tokio::time::sleep_until(handover), if !decided => {}
+                }
             }
         }
         tokio::time::sleep(plan.delay_close).await;
     }
 }
 
-fn goaway_sent(proxy: &Proxy, fault: &str, last: u32, code: u32, last_one: bool) {
-    if last_one {
+/// A GOAWAY queued on a connection: `first` counts the connection (a graceful
+/// one's announcement counts even if the client closes before the second).
+fn goaway_sent(proxy: &Proxy, fault: &str, last: u32, code: u32, first: bool) {
+    if first {
         proxy.counters().goaway();
     }
     proxy.event(
@@ -344,7 +383,7 @@ mod tests {
             close: Close::AfterStreamsFinish,
             delay_close: Duration::ZERO,
         };
-        assert!(!conn.start(plan, 1, "g", &proxy));
+        assert!(!conn.start(plan, (1, 1), "g", &proxy));
         let mut changed = std::pin::pin!(conn.changed.notified());
         changed.as_mut().enable();
         drop(processing);
@@ -373,5 +412,74 @@ mod tests {
         let (went, last_release) = tokio::join!(waiting, released);
         assert_eq!(went, last_release);
         assert_eq!(went - t0, Duration::from_millis(20));
+    }
+
+    /// A frame as the client writes it.
+    fn client_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend([kind, flags]);
+        f.extend(stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_graceful_close_waits_for_a_stream_below_the_last_that_hyper_has_yet_to_hand_over() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let conn = Arc::new(H2Conn::default());
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let wire = Wire::new(server, conn.frames.clone());
+        let mut hyper = wire.shim();
+        // What hyper reads goes through the frame layer, as in the proxy.
+        let mut reads = async |bytes: Vec<u8>| {
+            client.write_all(&bytes).await.unwrap();
+            let mut got = vec![0; bytes.len()];
+            hyper.read_exact(&mut got).await.unwrap();
+        };
+        let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        opening.extend(client_frame(0x1, 0x5, 1, &[0x82]));
+        reads(opening).await;
+        let (id, first) = conn.next_stream().expect("stream 1 opened");
+        let answering = conn.forward(id).expect("no GOAWAY yet");
+        drop(first);
+        let config = crate::fault::config::ProxyConfig::new(
+            "p",
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:1",
+        );
+        let proxy = Proxy::new(config, crate::proxy::RunContext::new(1)).unwrap();
+        let plan = GoawayPlan {
+            last_stream: LastStream::Graceful,
+            error_code: 0,
+            close: Close::AfterStreamsFinish,
+            delay_close: Duration::ZERO,
+        };
+        assert!(!conn.start(plan, (1, 1), "g", &proxy));
+        // Stream 3 left the client before the first GOAWAY reached it; then the
+        // PING's answer. The frame layer has seen both, hyper has handed over neither.
+        let mut late = client_frame(0x1, 0x5, 3, &[0x82]);
+        late.extend(client_frame(
+            0x6,
+            0x1,
+            0,
+            &super::super::frames::PING_PAYLOAD,
+        ));
+        reads(late).await;
+        let mut closing = std::pin::pin!(conn.closing(&wire, &proxy));
+        let wait = Duration::from_millis(100);
+        drop(answering);
+        assert!(
+            tokio::time::timeout(wait, closing.as_mut()).await.is_err(),
+            "stream 3 is below the last stream and not answered: the connection stays"
+        );
+        assert_eq!(lock(&conn.frames).goaways, [(MAX_STREAM, 0), (3, 0)]);
+        let (id, third) = conn.next_stream().expect("stream 3 handed over");
+        let answering = conn.forward(id).expect("at the last stream");
+        drop(third);
+        assert!(tokio::time::timeout(wait, closing.as_mut()).await.is_err());
+        drop(answering);
+        tokio::time::timeout(wait, closing)
+            .await
+            .expect("closes once stream 3 is answered");
     }
 }
