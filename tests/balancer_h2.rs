@@ -106,6 +106,65 @@ async fn streams_a_goaway_declared_unprocessed_are_sent_again_and_count_as_no_fa
     .await;
 }
 
+/// An h2c backend that breaks HTTP/2 once a request's HEADERS reach it (a DATA
+/// frame on stream 0): the client must end the connection with its own GOAWAY
+/// PROTOCOL_ERROR. Counts the requests that reached it.
+async fn protocol_breaking_backend() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let heads = counted.clone();
+            tokio::spawn(async move {
+                // SETTINGS, empty; then the client's preface and its frames.
+                stream
+                    .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])
+                    .await
+                    .unwrap();
+                let mut preface = [0; 24];
+                if stream.read_exact(&mut preface).await.is_err() {
+                    return;
+                }
+                let mut header = [0; 9];
+                while stream.read_exact(&mut header).await.is_ok() {
+                    let len = u32::from_be_bytes([0, header[0], header[1], header[2]]);
+                    let mut payload = vec![0; len as usize];
+                    if stream.read_exact(&mut payload).await.is_err() {
+                        return;
+                    }
+                    if header[3] == 0x1 {
+                        heads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let _ = stream.write_all(&[0, 0, 1, 0, 0, 0, 0, 0, 0, b'x']).await;
+                    }
+                }
+            });
+        }
+    });
+    (addr, heads)
+}
+
+#[tokio::test]
+async fn a_goaway_the_balancer_sent_itself_never_replays_a_post() {
+    within(30, async {
+        let (backend_addr, heads) = protocol_breaking_backend().await;
+        let (lb, balancer) = start_balancer(backend_addr, |c| {
+            c.protocol = BackendProtocol::H2c;
+            c.max_fails = 0;
+        })
+        .await;
+        let reply = common::http(lb, "POST", "/orders", "{}", &[("x-request-id", "t-1")]).await;
+        // The backend had the POST: its failure is no sign it was not processed.
+        assert_eq!(reply.status, 502, "{}", reply.body);
+        assert!(reply.body.contains("protocol error"), "{}", reply.body);
+        assert_eq!(heads.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(balancer.stats()["unprocessed_replays"], 0);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn h2_over_tls_checks_the_backends_certificate() {
     within(30, async {

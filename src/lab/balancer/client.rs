@@ -146,10 +146,6 @@ impl AsyncWrite for Io {
     }
 }
 
-/// Whether a failed request was never processed by the backend, as HTTP/2 says
-/// (RFC 9113 §8.7): its stream was above a GOAWAY's last-stream-id, or refused
-/// with REFUSED_STREAM. Such a request may go again whatever its method, and its
-/// failure is the connection's lifecycle, not the backend's health.
 /// Whether a request failed because its pooled connection closed before any of the
 /// answer came (hyper's incomplete message): the race of a backend's keep-alive
 /// timeout with the reuse. An idempotent request may go again, on a fresh
@@ -165,11 +161,18 @@ pub(super) fn stale_connection(err: &(dyn std::error::Error + 'static)) -> bool 
     false
 }
 
+/// Whether a failed request was never processed by the backend, as HTTP/2 says
+/// (RFC 9113 §8.7): its stream was above a GOAWAY's last-stream-id, or refused
+/// with REFUSED_STREAM. Such a request may go again whatever its method, and its
+/// failure is the connection's lifecycle, not the backend's health.
+/// Only the backend's own frames say so: a GOAWAY this client sent on finding a
+/// protocol error fails every stream with the same kind of error, processed or not.
 pub(super) fn unprocessed(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut source = Some(err);
     while let Some(e) = source {
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            return h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+            return h2.is_remote()
+                && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM));
         }
         source = e.source();
     }
