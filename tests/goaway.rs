@@ -1,6 +1,7 @@
 //! The `goaway` fault on the wire, seen by nghttp (nghttp2's client, not snag): the
 //! GOAWAY frames with their last-stream-id and code, the PING of the two-step, what
-//! was answered, and the backend's own count of what reached it.
+//! was answered, and the backend's own count of what reached it. And what counts as
+//! a transaction when a client cuts its stream, as hyper's does after a GOAWAY.
 
 mod common;
 
@@ -133,6 +134,83 @@ async fn with_open_streams_closes_without_end_stream() {
         assert_eq!(goaways(&log), [(1, "INTERNAL_ERROR".to_string())], "{log}");
         assert_eq!(answered(&log), 0, "{log}");
         assert_eq!(seen.lock().unwrap().len(), 1, "stream 1 was processed");
+    })
+    .await;
+}
+
+/// A backend that answers each whole request `200 ok`, and counts the reads that
+/// left a request's head there without all of its body.
+async fn counting_backend() -> (SocketAddr, tokio::sync::watch::Receiver<usize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (partial, seen) = tokio::sync::watch::channel(0);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let partial = partial.clone();
+            tokio::spawn(async move {
+                let (mut buf, mut chunk) = (Vec::new(), [0; 4096]);
+                while let Ok(n @ 1..) = stream.read(&mut chunk).await {
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap());
+                        if buf.len() < end + 4 + length {
+                            partial.send_modify(|n| *n += 1);
+                            break;
+                        }
+                        buf.drain(..end + 4 + length);
+                        let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if stream.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn a_post_the_client_cut_before_its_body_ended_is_no_transaction() {
+    within(20, async {
+        let (backend, mut partial) = counting_backend().await;
+        let mut config = common::config("g", backend, &[]);
+        config.mode = Mode::Http;
+        let (addr, snag) = common::serve(config, RunContext::new(1)).await;
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(connection);
+        let post = || {
+            hyper::Request::post(format!("http://{addr}/orders"))
+                .header("x-request-id", "t-1")
+                .header("content-length", "5")
+                .body(())
+                .unwrap()
+        };
+        // The head and part of the body, then RST_STREAM CANCEL once the head has
+        // reached the backend: what hyper's client does to a request it reports
+        // failed when a GOAWAY arrives just after it was sent.
+        let mut client = client.ready().await.unwrap();
+        let (_, mut body) = client.send_request(post(), false).unwrap();
+        body.send_data(bytes::Bytes::from_static(b"ord"), false)
+            .unwrap();
+        partial.wait_for(|n| *n >= 1).await.unwrap();
+        body.send_reset(h2::Reason::CANCEL);
+        // The same transaction, whole, twice.
+        for expected in [serde_json::json!({}), serde_json::json!({"t-1": 2})] {
+            let mut client = client.clone().ready().await.unwrap();
+            let (response, mut body) = client.send_request(post(), false).unwrap();
+            body.send_data(bytes::Bytes::from_static(b"order"), true)
+                .unwrap();
+            assert_eq!(response.await.unwrap().status(), 200);
+            let duplicates = serde_json::to_value(snag.counters().snapshot().duplicates).unwrap();
+            assert_eq!(duplicates, expected, "the cut request is not one");
+        }
     })
     .await;
 }

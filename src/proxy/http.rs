@@ -275,8 +275,9 @@ async fn respond(
         }
     }
     let req = Request::from_parts(head, body);
-    // Transaction ids count when the request goes upstream: a duplicate is one the
-    // backend got twice, not one a fault answered or a GOAWAY left unprocessed.
+    // Transaction ids count when the request has gone upstream whole: a duplicate is
+    // one the backend got twice, not one a fault answered, a GOAWAY left
+    // unprocessed or the client cut short.
     let ids: Vec<String> = conn
         .legs
         .id_headers
@@ -295,9 +296,11 @@ async fn respond(
     let Some(processing) = forwarding else {
         return unprocessed(conn, cx.stream).await;
     };
-    for id in &ids {
-        proxy.counters().transaction(id);
-    }
+    let counted = proxy.clone();
+    let on_whole = (!ids.is_empty()).then(|| -> upstream::OnWhole {
+        Box::new(move || ids.iter().for_each(|id| counted.counters().transaction(id)))
+    });
+    let outbound = outbound.map(|body| upstream::Outbound::new(body, on_whole));
     let response = match route.request(outbound).await {
         Ok(r) => r,
         Err(err) => {

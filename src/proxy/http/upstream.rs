@@ -4,7 +4,10 @@
 //! HTTP/2, and TLS where ALPN chooses, through hyper-util's client.
 
 mod h1;
+mod outbound;
 mod pool;
+
+pub use self::outbound::{OnWhole, Outbound};
 
 use std::{
     future::Future,
@@ -46,7 +49,7 @@ use crate::{
 };
 
 /// A pooled client to one upstream address.
-pub type Client1 = Client<Connector, Incoming>;
+pub type Client1 = Client<Connector, Outbound>;
 
 /// The clients a proxy forwards through, made again when its upstream changes (open
 /// connections to the old one finish what they carry). Shared by every connection
@@ -237,7 +240,7 @@ impl Route {
     /// Sends `req` upstream; the response's body streams from the upstream.
     pub async fn request(
         &self,
-        req: Request<Incoming>,
+        req: Request<Outbound>,
     ) -> Result<Response<UpstreamBody>, BoxError> {
         match &self.via {
             Via::Pooled(pool) => Ok(pool.send(req).await?.map(UpstreamBody::Pooled)),

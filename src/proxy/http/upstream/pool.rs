@@ -19,12 +19,12 @@ use std::{
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::{
     HeaderMap, Method, Request, Response, Uri,
-    body::{Body, Frame, Incoming, SizeHint},
+    body::{Body, Frame, SizeHint},
 };
 use tokio::{io::AsyncWrite, time::Instant};
 
 use super::{
-    BoxError, Connector, Leg,
+    BoxError, Connector, Leg, Outbound,
     h1::{self, Chunked, Framing, Piece, Sending},
 };
 
@@ -109,7 +109,7 @@ impl Pool {
     /// closed on before any of it was written goes once more, on a new connection.
     pub async fn send(
         self: &Arc<Pool>,
-        req: Request<Incoming>,
+        req: Request<Outbound>,
     ) -> Result<Response<Driven>, BoxError> {
         let (parts, mut body) = req.into_parts();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
@@ -238,7 +238,7 @@ impl<'a> Exchange<'a> {
         &mut self,
         cx: &mut Context<'_>,
         conn: &mut Conn,
-        body: &mut Incoming,
+        body: &mut Outbound,
         method: &Method,
     ) -> Poll<Result<h1::Head, Failed>> {
         if let Poll::Ready(Err(e)) = self.poll_send(cx, conn, body) {
@@ -272,7 +272,7 @@ impl<'a> Exchange<'a> {
         &mut self,
         cx: &mut Context<'_>,
         conn: &mut Conn,
-        body: &mut Incoming,
+        body: &mut Outbound,
     ) -> Poll<Result<(), Failed>> {
         if !self.head_done {
             match ready!(conn.poll_write_all(cx, self.head, &mut self.at)) {
