@@ -3,11 +3,16 @@ use std::process::ExitCode;
 use clap::Parser;
 use snag::{cli::Cli, shutdown::Shutdown};
 
+/// Warnings, less h2's note of a PING answer it did not ask for: the `goaway`
+/// fault's PING is snag's, written beside hyper, and its answer reaches hyper too.
+const DEFAULT_LOG: &str = "warn,h2::proto::ping_pong=error";
+
 fn main() -> ExitCode {
     let cli = Cli::parse_from(snag::cli::args(std::env::args().collect()));
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| DEFAULT_LOG.into()),
         )
         .with_writer(std::io::stderr)
         .init();
