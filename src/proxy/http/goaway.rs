@@ -358,6 +358,23 @@ mod tests {
         }
     }
 
+    /// A proxy for the events, and a graceful GOAWAY that waits for its streams.
+    fn graceful() -> (Arc<Proxy>, GoawayPlan) {
+        let config = crate::fault::config::ProxyConfig::new(
+            "p",
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:1",
+        );
+        let plan = GoawayPlan {
+            last_stream: LastStream::Graceful,
+            error_code: 0,
+            close: Close::AfterStreamsFinish,
+            delay_close: Duration::ZERO,
+        };
+        let proxy = Proxy::new(config, crate::proxy::RunContext::new(1)).unwrap();
+        (proxy, plan)
+    }
+
     #[test]
     fn a_finished_response_wakes_the_serving_loop_only_under_a_planned_close() {
         let conn = Arc::new(H2Conn::default());
@@ -371,18 +388,7 @@ mod tests {
 
         // With one, the close that waits for streams to finish hears each end.
         let processing = conn.forward(1).expect("below any last stream");
-        let config = crate::fault::config::ProxyConfig::new(
-            "p",
-            "127.0.0.1:0".parse().unwrap(),
-            "127.0.0.1:1",
-        );
-        let proxy = Proxy::new(config, crate::proxy::RunContext::new(1)).unwrap();
-        let plan = GoawayPlan {
-            last_stream: LastStream::Graceful,
-            error_code: 0,
-            close: Close::AfterStreamsFinish,
-            delay_close: Duration::ZERO,
-        };
+        let (proxy, plan) = graceful();
         assert!(!conn.start(plan, (1, 1), "g", &proxy));
         let mut changed = std::pin::pin!(conn.changed.notified());
         changed.as_mut().enable();
@@ -442,18 +448,7 @@ mod tests {
         let (id, first) = conn.next_stream().expect("stream 1 opened");
         let answering = conn.forward(id).expect("no GOAWAY yet");
         drop(first);
-        let config = crate::fault::config::ProxyConfig::new(
-            "p",
-            "127.0.0.1:0".parse().unwrap(),
-            "127.0.0.1:1",
-        );
-        let proxy = Proxy::new(config, crate::proxy::RunContext::new(1)).unwrap();
-        let plan = GoawayPlan {
-            last_stream: LastStream::Graceful,
-            error_code: 0,
-            close: Close::AfterStreamsFinish,
-            delay_close: Duration::ZERO,
-        };
+        let (proxy, plan) = graceful();
         assert!(!conn.start(plan, (1, 1), "g", &proxy));
         // Stream 3 left the client before the first GOAWAY reached it; then the
         // PING's answer. The frame layer has seen both, hyper has handed over neither.
