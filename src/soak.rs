@@ -305,8 +305,7 @@ fn prepare(settings: &Settings, note: &mut dyn FnMut(Note)) -> anyhow::Result<u6
 /// soak measured its own backends.
 async fn backend_listener() -> std::io::Result<TcpListener> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
-    // SOMAXCONN, the most `listen` takes (the kernel caps it at net.core.somaxconn).
-    crate::proxy::socket::set_backlog(&listener, 4096)?;
+    crate::proxy::socket::set_backlog(&listener, crate::proxy::socket::BACKLOG)?;
     Ok(listener)
 }
 

@@ -203,6 +203,46 @@ async fn syn_drop_makes_connects_time_out_while_the_port_stays_open() {
     .await;
 }
 
+/// The accept backlog of the socket listening on `addr`, as `ss` reads it (its
+/// Send-Q column for a listener).
+fn backlog(addr: std::net::SocketAddr) -> Option<u32> {
+    let out = std::process::Command::new("ss")
+        .args(["-Hltn", "src", &addr.to_string()])
+        .output()
+        .expect("ss is installed (iproute2)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// A burst of connections larger than tokio's default backlog (1024) finds room in
+/// snag's queue: the kernel's most, before a syn_drop and again after it.
+#[tokio::test]
+async fn the_listener_queues_as_many_connections_as_the_kernel_allows() {
+    within(15, async {
+        let most: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .expect("Linux")
+            .trim()
+            .parse()
+            .unwrap();
+        // 4096 on Linux 5.4 and later; a host that lowered it gets its own figure.
+        let expected = most.min(4096);
+        let (addr, proxy) = spawn_proxy(echo_server().await, &[]).await;
+        assert_eq!(backlog(addr), Some(expected));
+        proxy.add_fault("syn_drop".parse().unwrap()).unwrap();
+        // syn_drop shrinks the queue to nothing and plugs it.
+        common::until(5, "syn_drop to shrink the backlog", || {
+            backlog(addr).is_some_and(|n| n < 1024)
+        })
+        .await;
+        proxy.remove_fault("syn_drop_downstream").unwrap();
+        common::until(5, "the backlog to come back", || {
+            backlog(addr) == Some(expected)
+        })
+        .await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn limit_data_delivers_exactly_n_bytes_then_eof() {
     within(10, async {

@@ -20,8 +20,12 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
-/// The backlog of a listener that is accepting normally.
-pub const BACKLOG: i32 = 1024;
+/// The backlog of a listener that is accepting normally: SOMAXCONN, the longest accept
+/// queue Linux gives (it caps it at net.core.somaxconn). At tokio's 1024 a balancer
+/// opening thousands of connections at once, on a host too busy for snag to accept
+/// them as fast, overflows the queue: the kernel drops the SYNs, each client retries
+/// a second or more later, and the delay looks like the backend's.
+pub const BACKLOG: i32 = 4096;
 
 /// Binds a listener on `addr` with SO_REUSEADDR, so a proxy brought back up after
 /// `down` gets its port again even while old connections sit in TIME_WAIT.
