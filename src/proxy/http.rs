@@ -301,7 +301,7 @@ async fn respond(
         Box::new(move || ids.iter().for_each(|id| counted.counters().transaction(id)))
     });
     let outbound = outbound.map(|body| upstream::Outbound::new(body, on_whole));
-    let response = match route.request(outbound).await {
+    let response = match Box::pin(route.request(outbound)).await {
         Ok(r) => r,
         Err(err) => {
             let mut why = crate::causes(&*err);
@@ -458,7 +458,8 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if present[0] {
         // Almost always `keep-alive` or `close`: a match on the string says so; a
         // token naming some other header is rare, and only then is a name made.
-        let named: Vec<HeaderName> = connection_tokens(headers)
+        let values = headers.get_all(header::CONNECTION).iter();
+        let named: Vec<HeaderName> = tokens(values.filter_map(|v| v.to_str().ok()))
             .filter(|token| !connection_option(token))
             .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
             .collect();
@@ -471,12 +472,11 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// The options the Connection header lists (RFC 9110 §7.6.1), trimmed, in order.
-pub(in crate::proxy::http) fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+/// The options Connection header `values` list (RFC 9110 §7.6.1), trimmed, in order.
+pub(in crate::proxy::http) fn tokens<'a>(
+    values: impl Iterator<Item = &'a str>,
+) -> impl Iterator<Item = &'a str> {
+    values
         .flat_map(|v| v.split(','))
         .map(str::trim)
         .filter(|t| !t.is_empty())

@@ -6,6 +6,12 @@
 //! hyper's client spent about 14,000 instructions per request on this (its dispatch
 //! channel, its parse, its body channel); this is the parsing half, without IO.
 
+mod chunked;
+
+pub use self::chunked::{Chunked, Piece};
+
+use std::mem::MaybeUninit;
+
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::{
     HeaderMap, Method, StatusCode, Version,
@@ -13,7 +19,7 @@ use hyper::{
     http::request,
 };
 
-use crate::proxy::http::connection_tokens;
+use crate::proxy::http::tokens;
 
 /// Headers a response head may carry (hyper's client allows 100).
 const MAX_HEADERS: usize = 100;
@@ -66,9 +72,16 @@ pub struct Head {
 /// skipped, as a client that sent no `Expect` has no use for it.
 pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, Error> {
     loop {
-        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut response = httparse::Response::new(&mut slots);
-        let len = match response.parse(buf) {
+        // Left uninitialised: httparse writes the slots it fills, and zeroing all
+        // 100 cost more than parsing a usual head.
+        let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut response,
+            buf,
+            &mut slots,
+        );
+        let len = match parsed {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
                 return Err(Error::HeadTooLong);
@@ -92,10 +105,16 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, E
             _ => Version::HTTP_11,
         };
         // Offsets first: the head's bytes become shared before the values are cut.
+        // The framing is read from them too, before the map is made: a lookup in
+        // it hashes the name.
         let spans = spans(response.headers, buf).map_err(Error::Head)?;
+        let fields_of = Values {
+            spans: &spans,
+            from: buf,
+        };
+        let framing = framing(status, method, fields_of)?;
+        let keep_alive = framing != Framing::Close && keeps_alive(version, fields_of);
         let headers = fields(spans, buf.split_to(len).freeze()).map_err(Error::Head)?;
-        let framing = framing(status, method, &headers)?;
-        let keep_alive = framing != Framing::Close && keeps_alive(version, &headers);
         return Ok(Some(Head {
             status,
             version,
@@ -106,8 +125,38 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, E
     }
 }
 
+/// The fields of a head as parsed, before they are put in a map.
+#[derive(Clone, Copy)]
+struct Values<'a> {
+    spans: &'a [Span],
+    from: &'a [u8],
+}
+
+impl<'a> Values<'a> {
+    /// Whether a field is named `name`.
+    fn has(self, name: &HeaderName) -> bool {
+        self.spans.iter().any(|(n, _, _)| n == name)
+    }
+
+    /// The values of the fields named `name`, in order, as text; `None` for one that
+    /// is not visible ASCII (where [`HeaderValue::to_str`] fails).
+    fn texts(self, name: &'a HeaderName) -> impl DoubleEndedIterator<Item = Option<&'a str>> + 'a {
+        self.spans
+            .iter()
+            .filter(move |(n, _, _)| n == name)
+            .map(move |&(_, start, end)| {
+                let value = &self.from[start..end];
+                value
+                    .iter()
+                    .all(|&b| (32..127).contains(&b) || b == b'\t')
+                    .then(|| std::str::from_utf8(value).ok())
+                    .flatten()
+            })
+    }
+}
+
 /// RFC 9112 §6.3: how the body of a response to `method` with `status` ends.
-fn framing(status: StatusCode, method: &Method, headers: &HeaderMap) -> Result<Framing, Error> {
+fn framing(status: StatusCode, method: &Method, fields: Values) -> Result<Framing, Error> {
     if method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -115,12 +164,11 @@ fn framing(status: StatusCode, method: &Method, headers: &HeaderMap) -> Result<F
     {
         return Ok(Framing::Empty);
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+    if fields.has(&header::TRANSFER_ENCODING) {
         // Chunked only if it is the final coding; otherwise the close ends it.
-        let last = headers
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
+        let last = fields
+            .texts(&header::TRANSFER_ENCODING)
+            .flatten()
             .flat_map(|v| v.split(','))
             .map(str::trim)
             .rfind(|t| !t.is_empty());
@@ -130,8 +178,8 @@ fn framing(status: StatusCode, method: &Method, headers: &HeaderMap) -> Result<F
         });
     }
     let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        let text = value.to_str().unwrap_or_default();
+    for text in fields.texts(&header::CONTENT_LENGTH) {
+        let text = text.unwrap_or_default();
         for part in text.split(',') {
             let part = part.trim();
             let n: u64 = (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
@@ -149,8 +197,10 @@ fn framing(status: StatusCode, method: &Method, headers: &HeaderMap) -> Result<F
 
 /// Whether the connection stays open after the response: HTTP/1.1 unless it says
 /// `close`, HTTP/1.0 only if it says `keep-alive`.
-fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    let says = |option: &str| connection_tokens(headers).any(|t| t.eq_ignore_ascii_case(option));
+fn keeps_alive(version: Version, fields: Values) -> bool {
+    let says = |option: &str| {
+        tokens(fields.texts(&header::CONNECTION).flatten()).any(|t| t.eq_ignore_ascii_case(option))
+    };
     if version == Version::HTTP_10 {
         says("keep-alive")
     } else {
@@ -222,98 +272,6 @@ pub fn encode_last_chunk(trailers: Option<&HeaderMap>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// A piece of a chunked body.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Piece {
-    Data(Bytes),
-    /// The end, with the trailers if there were any.
-    End(Option<HeaderMap>),
-}
-
-/// Reads a chunked body (RFC 9112 §7.1) from a buffer, as far as it goes.
-#[derive(Debug, Default)]
-pub struct Chunked {
-    /// Bytes of the current chunk's data still to come; `None` between chunks.
-    left: Option<u64>,
-    /// The CRLF after a chunk's data is still to come.
-    crlf: bool,
-    /// The last chunk was read: the trailer section is next.
-    trailers: bool,
-}
-
-impl Chunked {
-    /// The next piece from `buf`, `Ok(None)` if `buf` holds too little for one.
-    pub fn next(&mut self, buf: &mut BytesMut) -> Result<Option<Piece>, Error> {
-        loop {
-            if self.trailers {
-                return self.trailer_section(buf);
-            }
-            if self.crlf {
-                if buf.len() < 2 {
-                    return Ok(None);
-                }
-                if &buf[..2] != b"\r\n" {
-                    return Err(Error::Chunk("no CRLF after a chunk's data"));
-                }
-                buf.advance(2);
-                self.crlf = false;
-            }
-            if let Some(left) = self.left {
-                if buf.is_empty() {
-                    return Ok(None);
-                }
-                let n = left.min(buf.len() as u64) as usize;
-                let data = buf.split_to(n).freeze();
-                self.left = (left > n as u64).then(|| left - n as u64);
-                self.crlf = self.left.is_none();
-                return Ok(Some(Piece::Data(data)));
-            }
-            let Some(line) = line(buf)? else {
-                return Ok(None);
-            };
-            // chunk-size [ ; extensions ]: the extensions mean nothing to snag.
-            let size = line[..].split(|b| *b == b';').next().unwrap_or_default();
-            let size = size.trim_ascii();
-            if size.is_empty() || size.len() > 16 || !size.iter().all(u8::is_ascii_hexdigit) {
-                return Err(Error::Chunk("a chunk size is not hexadecimal"));
-            }
-            let size = u64::from_str_radix(std::str::from_utf8(size).unwrap_or("x"), 16)
-                .map_err(|_| Error::Chunk("a chunk size is not hexadecimal"))?;
-            if size == 0 {
-                self.trailers = true;
-            } else {
-                self.left = Some(size);
-            }
-        }
-    }
-
-    /// The trailer section after the last chunk, ended by an empty line.
-    fn trailer_section(&mut self, buf: &mut BytesMut) -> Result<Option<Piece>, Error> {
-        if buf.starts_with(b"\r\n") {
-            buf.advance(2);
-            return Ok(Some(Piece::End(None)));
-        }
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-            return if buf.len() > MAX_HEAD {
-                Err(Error::Chunk("the trailer section is too long"))
-            } else {
-                Ok(None)
-            };
-        };
-        let section = buf.split_to(end + 4);
-        let malformed = |_| Error::Chunk("a trailer field is malformed");
-        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let spans = match httparse::parse_headers(&section, &mut slots) {
-            Ok(httparse::Status::Complete((_, parsed))) => {
-                spans(parsed, &section).map_err(malformed)?
-            }
-            _ => return Err(Error::Chunk("a trailer field is malformed")),
-        };
-        let trailers = fields(spans, section.freeze()).map_err(malformed)?;
-        Ok(Some(Piece::End(Some(trailers))))
-    }
-}
-
 /// A parsed field: its name, and where its value is in the bytes it was parsed from.
 type Span = (HeaderName, usize, usize);
 
@@ -340,19 +298,6 @@ fn fields(spans: Vec<Span>, bytes: Bytes) -> Result<HeaderMap, String> {
         headers.append(name, value);
     }
     Ok(headers)
-}
-
-/// A line ended by CRLF, taken from `buf` without it.
-fn line(buf: &mut BytesMut) -> Result<Option<BytesMut>, Error> {
-    match buf.windows(2).position(|w| w == b"\r\n") {
-        Some(at) => {
-            let line = buf.split_to(at);
-            buf.advance(2);
-            Ok(Some(line))
-        }
-        None if buf.len() > MAX_HEAD => Err(Error::Chunk("a chunk-size line is too long")),
-        None => Ok(None),
-    }
 }
 
 #[cfg(test)]
@@ -434,6 +379,16 @@ mod tests {
             ok("HTTP/1.0 200 OK\r\ncontent-length: 2\r\nconnection: Keep-Alive"),
             (Framing::Length(2), true)
         );
+        // A value that is not visible ASCII is no length, and names no coding.
+        let (head, _) = parse(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\xff\r\n\r\n",
+            Method::GET,
+        );
+        assert_eq!(head.unwrap_err(), Error::Length(String::new()));
+        let wire =
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: g\xffzip\r\n\r\n";
+        let (head, _) = parse(wire, Method::GET);
+        assert_eq!(head.unwrap().unwrap().framing, Framing::Chunked);
         for bad in ["3, 4", "-1", "0x10", "", "1 2", "99999999999999999999999"] {
             let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}");
             assert_eq!(
@@ -500,50 +455,5 @@ mod tests {
         trailers.insert("grpc-status", HeaderValue::from_static("0"));
         encode_last_chunk(Some(&trailers), &mut out);
         assert_eq!(out, b"5\r\nhello\r\n0\r\ngrpc-status: 0\r\n\r\n");
-    }
-
-    /// Every piece of `wire` read through [`Chunked`], fed `cut` bytes at a time.
-    fn dechunk(wire: &[u8], cut: usize) -> Result<(Vec<u8>, Option<HeaderMap>, usize), Error> {
-        let (mut chunked, mut buf, mut body) = (Chunked::default(), BytesMut::new(), Vec::new());
-        let mut pieces = wire.chunks(cut);
-        loop {
-            match chunked.next(&mut buf)? {
-                Some(Piece::Data(data)) => body.extend_from_slice(&data),
-                Some(Piece::End(trailers)) => return Ok((body, trailers, buf.len())),
-                None => match pieces.next() {
-                    Some(piece) => buf.extend_from_slice(piece),
-                    None => return Err(Error::Chunk("ended early")),
-                },
-            }
-        }
-    }
-
-    #[test]
-    fn a_chunked_body_is_read_however_the_bytes_are_cut() {
-        let wire = b"5;ext=1\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\ngrpc-status: 0\r\nx-b: 2\r\n\r\nNEXT";
-        for cut in 1..wire.len() {
-            let (body, trailers, rest) = dechunk(wire, cut).unwrap();
-            assert_eq!(body, b"helloabcdefghijklmnopqrstuvwxyz", "cut {cut}");
-            let trailers = trailers.unwrap();
-            assert_eq!(trailers["grpc-status"], "0");
-            assert_eq!(trailers["x-b"], "2");
-            assert!(rest <= 4, "the next response stays: cut {cut}");
-        }
-        let (body, trailers, _) = dechunk(b"0\r\n\r\n", 1).unwrap();
-        assert!(body.is_empty() && trailers.is_none());
-    }
-
-    #[test]
-    fn a_malformed_chunked_body_says_why() {
-        for (wire, why) in [
-            (&b"x\r\nhello\r\n0\r\n\r\n"[..], "not hexadecimal"),
-            (b"\r\n", "not hexadecimal"),
-            (b"11111111111111111\r\n", "not hexadecimal"),
-            (b"2\r\nhiX\r\n0\r\n\r\n", "no CRLF"),
-            (b"0\r\nbad trailer\r\n\r\n", "trailer field"),
-        ] {
-            let err = dechunk(wire, 1).unwrap_err().to_string();
-            assert!(err.contains(why), "{wire:?}: {err}");
-        }
     }
 }

@@ -245,10 +245,14 @@ impl<'a> Exchange<'a> {
             return Poll::Ready(Err(e));
         }
         loop {
-            match h1::parse_head(&mut conn.buf, method) {
-                Ok(Some(head)) => return Poll::Ready(Ok(head)),
-                Ok(None) => {}
-                Err(e) => return Poll::Ready(Err(self.failed(e))),
+            // Nothing read yet is the usual case at first (the request just went):
+            // no parse then.
+            if !conn.buf.is_empty() {
+                match h1::parse_head(&mut conn.buf, method) {
+                    Ok(Some(head)) => return Poll::Ready(Ok(head)),
+                    Ok(None) => {}
+                    Err(e) => return Poll::Ready(Err(self.failed(e))),
+                }
             }
             match ready!(conn.poll_read(cx)) {
                 Ok(0) if conn.buf.is_empty() => {
