@@ -13,10 +13,10 @@ mod hits;
 mod keepalive;
 mod upstream;
 
-use std::{convert::Infallible, sync::Arc};
+use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use http_body_util::BodyExt;
 use hyper::{
     HeaderMap, Request, Response, StatusCode, Uri, Version,
     body::Incoming,
@@ -26,7 +26,7 @@ use tracing::debug;
 
 pub use self::connection::{Legs, handle};
 use self::{
-    body::Faulted,
+    body::{Faulted, ReplyBody, Source},
     connection::Conn,
     hits::{Hits, Seen},
     upstream::Route,
@@ -55,9 +55,6 @@ pub enum Failure {
     #[error("stream reset by a fault: {0}")]
     Stream(#[source] h2::Error),
 }
-
-/// A response body as snag sends it.
-pub type ReplyBody = BoxBody<Bytes, Failure>;
 
 async fn exchange(
     req: Request<Incoming>,
@@ -230,10 +227,11 @@ async fn respond(
                     conn.h2conn.max_streams(max, &fault.name, proxy);
                 }
             }
-            Some(Reply::Answer(answer)) => return Ok(answer.map(full)),
+            Some(Reply::Answer(answer)) => {
+                return Ok(answer.map(|bytes| ReplyBody::answer(bytes, None)));
+            }
             Some(Reply::AnswerWithTrailers(answer, trailers)) => {
-                let trailers = std::future::ready(Some(Ok(trailers)));
-                return Ok(answer.map(|bytes| full(bytes).with_trailers(trailers).boxed()));
+                return Ok(answer.map(|bytes| ReplyBody::answer(bytes, Some(trailers))));
             }
             Some(Reply::Goaway(plan)) => {
                 // Streams take their turns in order: nothing plans between the two.
@@ -328,7 +326,6 @@ async fn respond(
     };
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let mut body: ReplyBody = body.map_err(Failure::Upstream).boxed();
     if let Some(instance) = parts.headers.get(&X_INSTANCE).and_then(|v| v.to_str().ok()) {
         let expected = proxy.config().instance.as_deref().unwrap_or(&proxy.name);
         proxy.counters().instance(instance, expected);
@@ -336,15 +333,17 @@ async fn respond(
     let hooks = || faults.iter().filter_map(|f| f.kind.http());
     let whole = hooks().any(|h| h.whole_body());
     let mut trailers = None;
-    if whole {
-        let collected = body.collect().await?;
+    let body = if whole {
+        let collected = body.collect().await.map_err(Failure::Upstream)?;
         trailers = collected.trailers().cloned();
         let bytes = collected.to_bytes();
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        body = full(bytes);
-    }
+        Source::whole(bytes)
+    } else {
+        Source::Streamed(body)
+    };
     for fault in &faults {
         let Some(hook) = fault.kind.http() else {
             continue;
@@ -361,12 +360,12 @@ async fn respond(
     if !cx.hold_head.is_zero() {
         tokio::time::sleep(cx.hold_head).await;
     }
-    let faulted = Faulted::new(body, faults, cx, whole, conn, h2, hits).with_trailers(trailers);
-    let tracked = goaway::Tracked {
-        inner: faulted.boxed(),
-        _processing: Some(processing),
-    };
-    Ok(Response::from_parts(parts, tracked.boxed()))
+    let faulted =
+        Faulted::new(body, faults, cx, conn, h2, hits, processing).with_trailers(trailers);
+    Ok(Response::from_parts(
+        parts,
+        ReplyBody::Forwarded(Box::new(faulted)),
+    ))
 }
 
 /// The request as it goes upstream on `route`: same method, path, headers, body and
@@ -510,19 +509,13 @@ fn hop_index(name: &str) -> Option<usize> {
 }
 
 fn plain(status: StatusCode, text: String) -> Response<ReplyBody> {
-    let mut reply = Response::new(full(Bytes::from(text)));
+    let mut reply = Response::new(ReplyBody::answer(Bytes::from(text), None));
     *reply.status_mut() = status;
     reply.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     reply
-}
-
-fn full(bytes: Bytes) -> ReplyBody {
-    Full::new(bytes)
-        .map_err(|never: Infallible| match never {})
-        .boxed()
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use hyper::{
 };
 use tokio::time::Sleep;
 
-use super::{Failure, ReplyBody, connection::Conn, hits::Hits};
+use super::{Failure, connection::Conn, goaway::Processing, hits::Hits, upstream::UpstreamBody};
 use crate::{
     fault::{
         Fault,
@@ -37,6 +37,95 @@ const HEADERS_MIN: u64 = 10;
 /// A frame's header.
 const FRAME_HEADER: u64 = 9;
 
+/// A response body as snag sends it: an answer of its own, or the upstream's
+/// through the faults. One allocation per forwarded response, not a box a layer.
+pub(super) enum ReplyBody {
+    Answer {
+        data: Option<Bytes>,
+        /// Boxed: rare, and a response is moved a few times on its way to hyper.
+        trailers: Option<Box<HeaderMap>>,
+    },
+    Forwarded(Box<Faulted>),
+}
+
+impl ReplyBody {
+    /// `bytes` in one frame, then `trailers` if any.
+    pub(super) fn answer(bytes: Bytes, trailers: Option<HeaderMap>) -> ReplyBody {
+        ReplyBody::Answer {
+            data: (!bytes.is_empty()).then_some(bytes),
+            trailers: trailers.map(Box::new),
+        }
+    }
+}
+
+impl Body for ReplyBody {
+    type Data = Bytes;
+    type Error = Failure;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
+        match self.get_mut() {
+            ReplyBody::Answer { data, trailers } => Poll::Ready(match data.take() {
+                Some(data) => Some(Ok(Frame::data(data))),
+                None => trailers.take().map(|t| Ok(Frame::trailers(*t))),
+            }),
+            ReplyBody::Forwarded(body) => Pin::new(&mut **body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ReplyBody::Answer { data, trailers } => data.is_none() && trailers.is_none(),
+            ReplyBody::Forwarded(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ReplyBody::Answer { data, .. } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            ReplyBody::Forwarded(body) => body.size_hint(),
+        }
+    }
+}
+
+/// What the body hooks read.
+pub(super) enum Source {
+    /// The upstream's body as it arrives.
+    Streamed(UpstreamBody),
+    /// All of it in one frame, read beforehand because a hook asked for it whole.
+    Whole(Option<Bytes>),
+}
+
+impl Source {
+    pub(super) fn whole(bytes: Bytes) -> Source {
+        Source::Whole((!bytes.is_empty()).then_some(bytes))
+    }
+
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
+        match self {
+            Source::Streamed(body) => match ready!(Pin::new(body).poll_frame(cx)) {
+                Some(Err(e)) => Poll::Ready(Some(Err(Failure::Upstream(e)))),
+                Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+                None => Poll::Ready(None),
+            },
+            Source::Whole(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Source::Streamed(body) => body.size_hint(),
+            Source::Whole(data) => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
+}
+
 /// How a hook ended the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cut {
@@ -52,11 +141,9 @@ enum Cut {
 /// short body and EOF; a reset sets SO_LINGER 0 and fails the body, so hyper's
 /// close is an RST. On HTTP/2 a failed body is an RST_STREAM for that stream alone.
 pub(super) struct Faulted {
-    inner: ReplyBody,
+    inner: Source,
     faults: Vec<Arc<Fault>>,
     cx: Exchange,
-    /// `inner` is the whole body in one frame (a hook asked for it).
-    whole: bool,
     /// The hooks have seen the end of the body.
     ended: bool,
     wait: Option<Pin<Box<Sleep>>>,
@@ -82,6 +169,8 @@ pub(super) struct Faulted {
     trailers: Option<HeaderMap>,
     /// The faults that acted on this exchange.
     hits: Hits,
+    /// Held until the body is done: a graceful GOAWAY's close waits for it.
+    _processing: Processing,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,20 +183,19 @@ enum Cutting {
 
 impl Faulted {
     pub(super) fn new(
-        inner: ReplyBody,
+        inner: Source,
         faults: Vec<Arc<Fault>>,
         cx: Exchange,
-        whole: bool,
         conn: &Conn,
         h2: bool,
         hits: Hits,
+        processing: Processing,
     ) -> Faulted {
         let wait = (!cx.hold_body.is_zero()).then(|| Box::pin(tokio::time::sleep(cx.hold_body)));
         Faulted {
             inner,
             faults,
             cx,
-            whole,
             ended: false,
             wait,
             held: None,
@@ -122,6 +210,7 @@ impl Faulted {
             notes: conn.notes.clone(),
             trailers: None,
             hits,
+            _processing: processing,
         }
     }
 
@@ -257,9 +346,12 @@ impl Body for Faulted {
             if this.ended {
                 return Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(t))));
             }
-            let (data, hold) = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            let (data, hold) = match ready!(this.inner.poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => this.hooks(data, this.whole),
+                    Ok(data) => {
+                        let whole = matches!(this.inner, Source::Whole(_));
+                        this.hooks(data, whole)
+                    }
                     // Trailers end the body: the hooks see its end, then they go.
                     Err(frame) => {
                         this.trailers = frame.into_trailers().ok();

@@ -2,26 +2,19 @@
 //! the GOAWAYs and PING written through the frame layer, and the close.
 
 use std::{
-    pin::Pin,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    task::{Context, Poll},
     time::Duration,
 };
 
-use bytes::Bytes;
-use hyper::body::{Body, Frame, SizeHint};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     sync::Notify,
 };
 
-use super::{
-    Failure, ReplyBody,
-    frames::{Frames, MAX_STREAM, Wire, lock},
-};
+use super::frames::{Frames, MAX_STREAM, Wire, lock};
 use crate::{
     fault::http::{Close, GoawayPlan, LastStream},
     proxy::Proxy,
@@ -319,32 +312,6 @@ fn goaway_sent(proxy: &Proxy, fault: &str, last: u32, code: u32, first: bool) {
         "goaway",
         serde_json::json!({ "fault": fault, "last_stream_id": last, "error_code": code }),
     );
-}
-
-/// A response body that holds its stream's [`Processing`] until it is done.
-pub(super) struct Tracked {
-    pub(super) inner: ReplyBody,
-    pub(super) _processing: Option<Processing>,
-}
-
-impl Body for Tracked {
-    type Data = Bytes;
-    type Error = Failure;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }
 
 #[cfg(test)]
