@@ -340,7 +340,7 @@ async fn respond(
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        Source::whole(bytes)
+        Source::Whole(http_body_util::Full::new(bytes))
     } else {
         Source::Streamed(body)
     };

@@ -10,6 +10,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use http_body_util::Full;
 use hyper::{
     HeaderMap,
     body::{Body, Frame, SizeHint},
@@ -41,7 +42,7 @@ const FRAME_HEADER: u64 = 9;
 /// through the faults. One allocation per forwarded response, not a box a layer.
 pub(super) enum ReplyBody {
     Answer {
-        data: Option<Bytes>,
+        data: Full<Bytes>,
         /// Boxed: rare, and a response is moved a few times on its way to hyper.
         trailers: Option<Box<HeaderMap>>,
     },
@@ -52,7 +53,7 @@ impl ReplyBody {
     /// `bytes` in one frame, then `trailers` if any.
     pub(super) fn answer(bytes: Bytes, trailers: Option<HeaderMap>) -> ReplyBody {
         ReplyBody::Answer {
-            data: (!bytes.is_empty()).then_some(bytes),
+            data: Full::new(bytes),
             trailers: trailers.map(Box::new),
         }
     }
@@ -67,26 +68,24 @@ impl Body for ReplyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
         match self.get_mut() {
-            ReplyBody::Answer { data, trailers } => Poll::Ready(match data.take() {
-                Some(data) => Some(Ok(Frame::data(data))),
-                None => trailers.take().map(|t| Ok(Frame::trailers(*t))),
-            }),
+            ReplyBody::Answer { data, trailers } => match ready!(full(data, cx)) {
+                Some(frame) => Poll::Ready(Some(frame)),
+                None => Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(*t)))),
+            },
             ReplyBody::Forwarded(body) => Pin::new(&mut **body).poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ReplyBody::Answer { data, trailers } => data.is_none() && trailers.is_none(),
+            ReplyBody::Answer { data, trailers } => data.is_end_stream() && trailers.is_none(),
             ReplyBody::Forwarded(body) => body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ReplyBody::Answer { data, .. } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
+            ReplyBody::Answer { data, .. } => data.size_hint(),
             ReplyBody::Forwarded(body) => body.size_hint(),
         }
     }
@@ -97,31 +96,33 @@ pub(super) enum Source {
     /// The upstream's body as it arrives.
     Streamed(UpstreamBody),
     /// All of it in one frame, read beforehand because a hook asked for it whole.
-    Whole(Option<Bytes>),
+    Whole(Full<Bytes>),
+}
+
+/// `data`'s frame, in snag's error type.
+fn full(
+    data: &mut Full<Bytes>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
+    Pin::new(data)
+        .poll_frame(cx)
+        .map(|f| f.map(|r| r.map_err(|never| match never {})))
 }
 
 impl Source {
-    pub(super) fn whole(bytes: Bytes) -> Source {
-        Source::Whole((!bytes.is_empty()).then_some(bytes))
-    }
-
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
         match self {
-            Source::Streamed(body) => match ready!(Pin::new(body).poll_frame(cx)) {
-                Some(Err(e)) => Poll::Ready(Some(Err(Failure::Upstream(e)))),
-                Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
-                None => Poll::Ready(None),
-            },
-            Source::Whole(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            Source::Streamed(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(Failure::Upstream))),
+            Source::Whole(data) => full(data, cx),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             Source::Streamed(body) => body.size_hint(),
-            Source::Whole(data) => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
+            Source::Whole(data) => data.size_hint(),
         }
     }
 }
