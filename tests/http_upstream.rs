@@ -18,7 +18,7 @@ use common::{curl, until, within};
 use snag::proxy::Mode;
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
-    net::{TcpListener, TcpStream},
+    net::{TcpListener, TcpSocket, TcpStream},
 };
 
 /// What the backend counted.
@@ -30,7 +30,7 @@ struct Counts {
     requests: AtomicUsize,
 }
 
-/// An HTTP/1.1 backend: `/big` answers 1 MiB, `/slow` answers 300 ms late, `/close`
+/// An HTTP/1.1 backend: `/big` answers 1 MiB, `/huge` 16 MiB, `/slow` answers 300 ms late, `/close`
 /// answers and then closes the connection 50 ms later without saying so (as a
 /// keep-alive timeout does), `/close-now` at once, `/empty` answers 204; anything else `ok`. HEAD gets
 /// the head only.
@@ -60,6 +60,7 @@ async fn answer(stream: TcpStream, counts: Arc<Counts>) {
         }
         let (status, answer) = match path.as_str() {
             "/big" => ("200 OK", vec![b'x'; 1 << 20]),
+            "/huge" => ("200 OK", vec![b'x'; 16 << 20]),
             "/empty" => ("204 No Content", Vec::new()),
             _ => ("200 OK", b"ok".to_vec()),
         };
@@ -208,9 +209,14 @@ async fn a_client_leaving_in_the_middle_of_a_body_closes_that_upstream_connectio
     within(20, async {
         let (backend, counts) = backend().await;
         let proxy = http_proxy(backend).await;
-        let mut client = TcpStream::connect(proxy).await.unwrap();
+        // A small receive buffer keeps the body in flight: with loopback's autotuned
+        // buffers (up to 32 MiB here) a client that reads nothing can still take a
+        // whole body, and the upstream connection is then rightly reused.
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(16 << 10).unwrap();
+        let mut client = socket.connect(proxy).await.unwrap();
         client
-            .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            .write_all(b"GET /huge HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
             .unwrap();
         let mut first = [0; 4096];
