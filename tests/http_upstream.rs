@@ -30,10 +30,10 @@ struct Counts {
     requests: AtomicUsize,
 }
 
-/// An HTTP/1.1 backend: `/big` answers 1 MiB, `/huge` 16 MiB, `/slow` answers 300 ms late, `/close`
-/// answers and then closes the connection 50 ms later without saying so (as a
-/// keep-alive timeout does), `/close-now` at once, `/empty` answers 204; anything else `ok`. HEAD gets
-/// the head only.
+/// An HTTP/1.1 backend: `/big` answers 1 MiB, `/huge` 16 MiB, `/slow` answers 300 ms
+/// late, `/close` answers and then closes the connection 50 ms later without saying so
+/// (as a keep-alive timeout does), `/close-now` at once, `/empty` answers 204; anything
+/// else `ok`. HEAD gets the head only.
 async fn backend() -> (SocketAddr, Arc<Counts>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
