@@ -6,8 +6,9 @@
 # 10% of requests with 503 (snag with an http_status fault); the precision of the
 # timed faults, seen by a client's own clock; memory per idle connection and over
 # open/close cycles under a fault. wrk drives nginx (both from Debian packages),
-# interleaved target by target, median of --rounds runs each; the interposer's CPU
-# time per request is read from /proc beside each figure at 32 connections.
+# interleaved target by target, median of --rounds runs each, ratios paired round
+# by round with their spread; the interposer's CPU time per request is read from
+# /proc beside each figure at 32 connections.
 #
 #   scripts/bench.sh [--duration 5] [--rounds 3] [--idle 5000] [--allocators]
 #
@@ -361,8 +362,26 @@ printf '\r%70s\r' '' >&2
 col() { # target case field-index -> median over rounds
   for round in $(seq "$rounds"); do echo "${res["$1|$2|$round"]}" | awk -v f="$3" '{print $f}'; done | median
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "–" }'; }
-width() { local w=${#1}; echo $((w > 13 ? w : 13)); } # a column's width, from its heading
+# A ratio of two targets, paired round by round: each round measured both a few
+# seconds apart, so the median of the rounds' ratios follows what this host did
+# then, where a ratio of two medians can pair a quiet minute with a busy one. With
+# more than one round, the lowest and highest of the rounds' ratios follow it: a
+# target met in the median but not in every round is within this host's noise.
+ratio() { # target reference case field-index -> "0.93× 0.88–0.97"
+  local round
+  for round in $(seq "$rounds"); do
+    awk -v f="$4" -v a="${res["$1|$3|$round"]}" -v b="${res["$2|$3|$round"]}" \
+      'BEGIN { split(a, x, " "); split(b, y, " "); if (y[f] > 0) print x[f] / y[f] }'
+  done | sort -g | awk '{ r[NR] = $1 } END {
+    if (NR == 0) { print "–"; exit }
+    printf "%.2f×", r[int((NR + 1) / 2)]
+    if (NR > 1) printf " %.2f–%.2f", r[1], r[NR]
+  }'
+}
+# A column's width, from its heading; a ratio's also fits its spread.
+width() { local w=${#1} min=13; [ "$rounds" -gt 1 ] && min=16; echo $((w > min ? w : min)); }
+# A cell right-aligned to a width in characters (printf counts the bytes of × and –).
+pad() { local LC_ALL=C.UTF-8; printf ' %*s%s' $(($1 > ${#2} ? $1 - ${#2} : 0)) '' "$2"; }
 # A table: title, reference target, then targets; one row per measure.
 table() {
   local title=$1 ref=$2; shift 2
@@ -379,7 +398,7 @@ table() {
     printf '%-24s' "$label"
     for t in "${ts[@]}"; do val[$t]=$(col "$t" "$case" "$f"); printf ' %13s' "$(printf "$fmt" "${val[$t]}")"; done
     for t in "${ts[@]}"; do
-      [ "$t" != "$ref" ] && printf ' %*s' "$(width "$t/$ref")" "$(ratio "${val[$t]}" "${val[$ref]}")"
+      [ "$t" != "$ref" ] && pad "$(width "$t/$ref")" "$(ratio "$t" "$ref" "$case" "$f")"
     done
     echo
   }
@@ -391,13 +410,14 @@ table() {
   printf '%-24s' "CPU per request, 32 conn"
   for t in "${ts[@]}"; do
     local cpu; cpu=$(col "$t" "32 /small" 5)
-    if [ "$cpu" = "-" ] || [ -z "$cpu" ]; then printf ' %13s' "–"; else printf ' %13s' "$(printf '%.1f µs' "$cpu")"; fi
+    if [ "$cpu" = "-" ] || [ -z "$cpu" ]; then pad 13 "–"; else pad 13 "$(printf '%.1f µs' "$cpu")"; fi
   done
   echo
 }
 
 echo
 echo "snag benchmark: wrk → target → nginx on 127.0.0.1, ${duration} s runs, median of $rounds, $(nproc) cores"
+[ "$rounds" -gt 1 ] && echo "each ratio: the median of the rounds' own ratios, then the lowest–highest of them"
 table "Passthrough, against a direct connection and HAProxy mode tcp (targets: snag/direct ≈ hap/direct)" \
   direct direct snag haproxy
 table "Faults whose effect is nil, and capture, against snag without them (target: ≥ 0.90×; capture ≥ 0.85× at 32 conn and bulk)" \
