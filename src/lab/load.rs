@@ -16,6 +16,7 @@ mod merge;
 mod plan;
 pub mod remote;
 mod report;
+mod request;
 mod shard;
 mod tally;
 
@@ -30,7 +31,11 @@ use std::{
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::{Request, client::conn::http1::SendRequest, header};
+use hyper::{
+    Request,
+    client::conn::http1::SendRequest,
+    header::{self, HeaderName},
+};
 use hyper_util::rt::TokioIo;
 use tokio::{net::TcpStream, sync::Notify, time::Instant};
 
@@ -77,6 +82,7 @@ impl Conn {
 /// What every request task shares.
 struct Run {
     plan: Plan,
+    template: request::Template,
     start: Instant,
     tally: Mutex<Tally>,
     pool: Mutex<Vec<Conn>>,
@@ -149,6 +155,7 @@ pub async fn run(plan: Plan, shutdown: Shutdown, mut row: impl FnMut(&Row)) -> F
         idle: Notify::new(),
         issued: AtomicU64::new(0),
         stop: AtomicBool::new(false),
+        template: request::Template::new(&plan),
         plan,
     });
     let mut traffic = tokio::spawn(arrivals(run.clone()));
@@ -331,7 +338,7 @@ async fn transaction(
                 tally.left(intended, started);
             }
         }
-        let exchange = exchange(plan, slot, seq, session);
+        let exchange = exchange(run, slot, seq, session);
         let outcome = match plan.deadline {
             Some(deadline) => match tokio::time::timeout(deadline, exchange).await {
                 Ok(outcome) => outcome,
@@ -360,7 +367,8 @@ async fn transaction(
 }
 
 /// Sends one request on `slot` (dialling when empty) and reads the whole answer.
-async fn exchange(plan: &Plan, slot: &mut Option<Conn>, seq: u64, session: Option<u64>) -> Outcome {
+async fn exchange(run: &Run, slot: &mut Option<Conn>, seq: u64, session: Option<u64>) -> Outcome {
+    let plan = &run.plan;
     if slot.as_ref().is_none_or(|c| c.is_closed()) {
         match dial(plan).await {
             Ok(conn) => *slot = Some(conn),
@@ -368,7 +376,7 @@ async fn exchange(plan: &Plan, slot: &mut Option<Conn>, seq: u64, session: Optio
         }
     }
     let conn = slot.as_mut().expect("dialled above");
-    let response = match conn.send(plan.request(seq, session)).await {
+    let response = match conn.send(run.template.request(plan, seq, session)).await {
         Ok(response) => response,
         Err(err) => {
             *slot = None;
@@ -376,16 +384,20 @@ async fn exchange(plan: &Plan, slot: &mut Option<Conn>, seq: u64, session: Optio
         }
     };
     let status = response.status();
-    let name = |h: &str| {
+    // Names made once: looked up by a string, each name is parsed again.
+    static X_BACKEND: HeaderName = HeaderName::from_static("x-backend");
+    static X_INSTANCE: HeaderName = HeaderName::from_static("x-instance");
+    static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+    let name = |h: &HeaderName| {
         response
             .headers()
             .get(h)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
-    let (backend, instance) = (name("x-backend"), name("x-instance"));
+    let (backend, instance) = (name(&X_BACKEND), name(&X_INSTANCE));
     // A trailers-only gRPC answer carries its status in the head.
-    let head_status = name("grpc-status");
+    let head_status = name(&GRPC_STATUS);
     let closing = response
         .headers()
         .get(header::CONNECTION)
@@ -394,7 +406,7 @@ async fn exchange(plan: &Plan, slot: &mut Option<Conn>, seq: u64, session: Optio
         Ok(body) => {
             let from_trailers = body
                 .trailers()
-                .and_then(|t| t.get("grpc-status")?.to_str().ok().map(str::to_owned));
+                .and_then(|t| t.get(&GRPC_STATUS)?.to_str().ok().map(str::to_owned));
             (body.to_bytes(), from_trailers.or(head_status))
         }
         Err(err) => {
@@ -482,54 +494,4 @@ where
         .map_err(|e| Kind::of_hyper(&e))?;
     tokio::spawn(conn);
     Ok(Conn::H1(sender))
-}
-
-/// A request for the plan; used by [`Plan::request`].
-fn build(plan: &Plan, seq: u64, session: Option<u64>) -> Request<Full<Bytes>> {
-    let mut request = if plan.http2 {
-        // HTTP/2 carries the authority in the URI (`:authority`), not in Host.
-        let scheme = if plan.target.tls { "https" } else { "http" };
-        Request::builder().uri(format!(
-            "{scheme}://{}{}",
-            plan.target.host, plan.target.path
-        ))
-    } else {
-        Request::builder()
-            .uri(plan.target.path.as_str())
-            .header(header::HOST, plan.target.host.as_str())
-    }
-    .method(if plan.grpc {
-        hyper::Method::POST
-    } else {
-        plan.method.clone()
-    })
-    .header(header::USER_AGENT, "snag-load");
-    if plan.grpc {
-        request = request
-            .header(header::CONTENT_TYPE, "application/grpc")
-            .header(header::TE, "trailers");
-    }
-    for (name, value) in &plan.headers {
-        request = request.header(name, value);
-    }
-    if let Some(name) = &plan.txn_header {
-        request = request.header(name, format!("{:016x}-{seq}", plan.seed));
-    }
-    if let Some(session) = session {
-        request = match &plan.sessions {
-            Some(Sessions {
-                cookie: Some(name), ..
-            }) => request.header(header::COOKIE, format!("{name}=s{session}")),
-            Some(Sessions { header, .. }) => request.header(header, format!("s{session}")),
-            None => request,
-        };
-    }
-    let body = if plan.grpc {
-        crate::fault::http::grpc::frame(&plan.body)
-    } else {
-        plan.body.clone()
-    };
-    request
-        .body(Full::new(body))
-        .expect("method, headers and path were validated when the plan was made")
 }

@@ -377,11 +377,6 @@ impl Plan {
     pub fn session_of(&self, seq: u64) -> Option<u64> {
         self.sessions.as_ref().map(|s| seq % s.count)
     }
-
-    /// The request for transaction `seq` in session `session`.
-    pub fn request(&self, seq: u64, session: Option<u64>) -> Request<Full<Bytes>> {
-        super::build(self, seq, session)
-    }
 }
 
 /// Reads a queue depth from a stats URL once a second.
