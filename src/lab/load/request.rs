@@ -22,7 +22,7 @@ pub(super) struct Template {
 
 impl Template {
     pub(super) fn new(plan: &Plan) -> Template {
-        let request = if plan.http2 {
+        let mut request = if plan.http2 {
             // HTTP/2 carries the authority in the URI (`:authority`), not in Host.
             let scheme = if plan.target.tls { "https" } else { "http" };
             Request::builder().uri(format!(
@@ -40,13 +40,11 @@ impl Template {
             plan.method.clone()
         })
         .header(header::USER_AGENT, "snag-load");
-        let mut request = if plan.grpc {
-            request
+        if plan.grpc {
+            request = request
                 .header(header::CONTENT_TYPE, "application/grpc")
-                .header(header::TE, "trailers")
-        } else {
-            request
-        };
+                .header(header::TE, "trailers");
+        }
         for (name, value) in &plan.headers {
             request = request.header(name, value);
         }
@@ -92,7 +90,7 @@ impl Template {
 }
 
 fn value(text: String) -> HeaderValue {
-    HeaderValue::try_from(text).expect("a cookie's name was validated when the plan was made")
+    HeaderValue::try_from(text).expect("digits, and a cookie's name that the CLI checked")
 }
 
 #[cfg(test)]
