@@ -42,7 +42,7 @@ use tokio::{net::TcpStream, sync::Notify, time::Instant};
 use self::tally::{Outcome, Tally};
 pub use self::{
     merge::{FORMAT, ShardResult, merge},
-    plan::{Arrivals, Plan, Sessions, Shape, Target},
+    plan::{Arrivals, Plan, Sessions, Shape, Target, cookie_name},
     report::{Host, Kind, Lag, Report, Row},
     shard::Shard,
 };

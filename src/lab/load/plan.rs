@@ -168,6 +168,24 @@ pub struct Sessions {
     pub cookie: Option<String>,
 }
 
+/// A cookie's name is a token (RFC 6265 §4.1.1): what else it held would make a
+/// `Cookie` header no server reads, or none at all.
+pub fn cookie_name(s: &str) -> Result<String, String> {
+    const SEPARATORS: &str = "()<>@,;:\\\"/[]?={}";
+    if s.is_empty() {
+        return Err("a cookie's name cannot be empty".into());
+    }
+    match s
+        .chars()
+        .find(|c| !c.is_ascii_graphic() || SEPARATORS.contains(*c))
+    {
+        Some(c) => Err(format!(
+            "{c:?} cannot be in a cookie's name (letters, digits and !#$%&'*+-.^_`|~ can)"
+        )),
+        None => Ok(s.to_string()),
+    }
+}
+
 /// A whole run.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -428,6 +446,22 @@ impl StatsPoller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cookie_name_is_a_token_or_says_which_character_is_not() {
+        assert_eq!(cookie_name("sid").as_deref(), Ok("sid"));
+        assert_eq!(cookie_name("a_b-c.1~").as_deref(), Ok("a_b-c.1~"));
+        assert!(cookie_name("").unwrap_err().contains("empty"));
+        for (bad, shown) in [
+            ("a\u{1}", "'\\u{1}'"),
+            ("a b", "' '"),
+            ("a=b", "'='"),
+            ("é", "'é'"),
+        ] {
+            let err = cookie_name(bad).unwrap_err();
+            assert!(err.starts_with(shown), "{bad:?}: {err}");
+        }
+    }
 
     fn target() -> Target {
         Target {

@@ -308,7 +308,7 @@ impl TryFrom<PlanWire> for Plan {
                 count: s.count,
                 per_session: s.per_session,
                 header: header(&s.header)?,
-                cookie: s.cookie,
+                cookie: s.cookie.as_deref().map(super::cookie_name).transpose()?,
             }),
             None => None,
         };
