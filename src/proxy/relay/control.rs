@@ -1,18 +1,31 @@
 //! The per-connection signal a relay watches besides its sockets.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::{
+    future::{Future, poll_fn},
+    sync::atomic::{AtomicU8, AtomicU32, Ordering},
+    task::Poll,
+};
 
+use atomic_waker::AtomicWaker;
 use tokio::sync::Notify;
 
 use super::End;
+use crate::fault::Direction;
 
 /// What a connection watches besides its sockets: one per connection, so waiting on
 /// it never contends with other connections. Its owner (the proxy) wakes it when the
 /// fault list changes or the proxy shuts down; one direction wakes it to stop the other.
 #[derive(Debug, Default)]
 pub struct Control {
-    pub(super) notify: Notify,
+    /// For waiters outside the relay (HTTP mode's).
+    notify: Notify,
     state: AtomicU8,
+    /// Counts the signals, so each direction of the relay waits on it with a waker
+    /// of its own and no lock: a `Notified` takes the `Notify`'s lock on every poll,
+    /// and the relay polls its signal once per read or write.
+    signals: AtomicU32,
+    /// The task of each direction, [`Direction::Upstream`] first.
+    directions: [AtomicWaker; 2],
 }
 
 const ABORTED: u8 = 1;
@@ -23,26 +36,26 @@ const RESET: u8 = 8;
 impl Control {
     /// Wakes the connection to look at the fault list again.
     pub fn poke(&self) {
-        self.notify.notify_waiters();
+        self.signal();
     }
 
     /// Ends the connection with [`Ending::Shutdown`].
     pub fn shutdown(&self) {
         self.state.fetch_or(SHUTDOWN, Ordering::Release);
-        self.notify.notify_waiters();
+        self.signal();
     }
 
     /// Asks the connection to finish gracefully (HTTP: `Connection: close`, GOAWAY).
     pub fn drain(&self) {
         self.state.fetch_or(DRAIN, Ordering::Release);
-        self.notify.notify_waiters();
+        self.signal();
     }
 
     /// Ends the connection with an RST on both legs, now; whether it was not already
     /// being reset.
     pub fn reset(&self) -> bool {
         let before = self.state.fetch_or(RESET, Ordering::Release);
-        self.notify.notify_waiters();
+        self.signal();
         before & RESET == 0
     }
 
@@ -68,7 +81,40 @@ impl Control {
 
     pub(super) fn abort(&self) {
         self.state.fetch_or(ABORTED, Ordering::Release);
+        self.signal();
+    }
+
+    fn signal(&self) {
+        self.signals.fetch_add(1, Ordering::AcqRel);
+        for direction in &self.directions {
+            direction.wake();
+        }
         self.notify.notify_waiters();
+    }
+
+    /// Where the signals are: read it before looking at the state, then wait with
+    /// [`Control::signalled`], and a signal between the two is not lost.
+    pub(super) fn seen(&self) -> u32 {
+        self.signals.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the connection was signalled after `seen` was read; only
+    /// `direction`'s flow waits on it, from one task at a time.
+    pub(super) fn signalled(&self, direction: Direction, seen: u32) -> impl Future<Output = ()> {
+        let waker = &self.directions[match direction {
+            Direction::Upstream => 0,
+            Direction::Downstream => 1,
+        }];
+        poll_fn(move |cx| {
+            if self.seen() == seen {
+                waker.register(cx.waker());
+                // Signalled while registering: its wake may have found no waker.
+                if self.seen() == seen {
+                    return Poll::Pending;
+                }
+            }
+            Poll::Ready(())
+        })
     }
 
     /// Why the connection must stop, if it must: a cheap atomic load.

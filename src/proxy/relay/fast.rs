@@ -3,7 +3,7 @@
 //! without awaiting; between other streams (the tests' pipes), and when capturing, it
 //! reads and writes through the async traits.
 
-use std::{io, os::fd::AsRawFd, pin::pin};
+use std::{io, os::fd::AsRawFd};
 
 use bytes::Bytes;
 use nix::{errno::Errno, sys::socket::MsgFlags};
@@ -38,8 +38,7 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
     async fn fast_any(&mut self) -> Option<End> {
         let control = self.control;
         loop {
-            let mut woken = pin!(control.notify.notified());
-            woken.as_mut().enable();
+            let seen = control.seen();
             if let Some(end) = control.stopped() {
                 return Some(end);
             }
@@ -49,7 +48,7 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
             let read = tokio::select! {
                 biased;
                 read = read_some(&mut self.src) => read,
-                _ = woken => continue,
+                _ = control.signalled(self.dir, seen) => continue,
             };
             match read {
                 Ok(data) if data.is_empty() => return Some(self.pass_fin().await),
@@ -95,8 +94,7 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
     async fn fast_tcp(&mut self) -> Option<End> {
         let control = self.control;
         loop {
-            let mut woken = pin!(control.notify.notified());
-            woken.as_mut().enable();
+            let seen = control.seen();
             // Checked after each transfer too, so a busy stream sees changes at once:
             // both are plain atomic loads, no lock.
             loop {
@@ -115,7 +113,7 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
                             return Some(End::PeerReset(self.side(Which::Src)));
                         }
                     }
-                    _ = woken.as_mut() => break,
+                    _ = control.signalled(self.dir, seen) => break,
                 }
                 // Read and write without awaiting, so the per-thread buffer is never
                 // held across a suspension; only what the destination cannot take at

@@ -1,7 +1,7 @@
 //! One direction of one connection: `read → chain → ordered queue → write`, on the
 //! staged path while a fault applies, on the fast path ([`super::fast`]) otherwise.
 
-use std::{collections::VecDeque, pin::pin, sync::Arc};
+use std::{collections::VecDeque, sync::Arc};
 
 use bytes::Bytes;
 use tokio::{io::AsyncWriteExt, sync::mpsc, time::Instant};
@@ -257,8 +257,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
         // The queue's room too: four steps' worth, a quarter KiB a direction.
         self.queue = VecDeque::new();
         let control = self.control;
-        let mut woken = pin!(control.notify.notified());
-        woken.as_mut().enable();
+        let seen = control.seen();
         if let Some(end) = control.stopped() {
             return Some(end);
         }
@@ -268,7 +267,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
         let src = self.src.tcp()?;
         tokio::select! {
             biased;
-            _ = woken => {}
+            _ = control.signalled(self.dir, seen) => {}
             // An error is the staged path's to find, on its read.
             _ = src.readable() => {}
         }
@@ -284,9 +283,8 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
         let mut first = true;
         while !(self.unstaged() || !first && self.at_rest()) {
             first = false;
-            // Registered before the checks, so a wake-up between them is not lost.
-            let mut woken = pin!(control.notify.notified());
-            woken.as_mut().enable();
+            // Read before the checks, so a signal between them is not lost.
+            let seen = control.seen();
             if let Some(end) = control.stopped() {
                 return Some(end);
             }
@@ -321,7 +319,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
             let mut out = Vec::new();
             tokio::select! {
                 biased;
-                _ = woken => {}
+                _ = control.signalled(self.dir, seen) => {}
                 _ = self.timer.until(next.unwrap_or(now)), if next.is_some() => {}
                 read = read_some(&mut self.src), if can_read => {
                     let now = Instant::now();
@@ -452,8 +450,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
         let control = self.control;
         let mut written = 0;
         while written < data.len() {
-            let mut woken = pin!(control.notify.notified());
-            woken.as_mut().enable();
+            let seen = control.seen();
             if let Some(end) = control.stopped() {
                 return Some(end);
             }
@@ -466,7 +463,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
                     }
                     _ => return Some(End::PeerReset(self.side(Which::Dst))),
                 },
-                _ = woken => {}
+                _ = control.signalled(self.dir, seen) => {}
             }
         }
         None
