@@ -93,14 +93,15 @@ fn bit(slot: usize) -> Mask {
 
 thread_local! {
     /// The steps between two stages, and what one stage gave back for one step: kept
-    /// per thread, not per chain, so an idle faulted connection holds neither.
+    /// per thread, not per chain (nor made per chunk), so an idle faulted connection
+    /// holds none of them.
     static SCRATCH: std::cell::RefCell<Scratch> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
-/// The steps between two stages, each with the stages that acted on it; what one
-/// stage gave back.
-type Scratch = (Vec<(Step, Mask)>, Vec<Step>);
+/// The steps into a stage and out of it, each with the stages that acted on it; what
+/// one stage gave back for one step.
+type Scratch = (Vec<(Step, Mask)>, Vec<(Step, Mask)>, Vec<Step>);
 
 /// The stages of one direction of one connection, in the order the faults were added.
 #[derive(Debug, Default)]
@@ -175,47 +176,53 @@ impl Chain {
             if let Some(stage) = &mut self.slots[index].stage {
                 stage.start(now, &mut started);
             }
-            let started = started.into_iter().map(|s| (s, bit(index))).collect();
+            let started = started.into_iter().map(|s| (s, bit(index)));
             self.run(index + 1, started, out);
         }
     }
 
     /// Passes a chunk read from the source through every stage.
     pub fn chunk(&mut self, chunk: Chunk, out: &mut Vec<Staged>) {
-        self.run(0, vec![(Step::Send(chunk), 0)], out);
+        self.run(0, [(Step::Send(chunk), 0)], out);
     }
 
     /// Passes the source's FIN through every stage.
     pub fn eof(&mut self, at: Instant, out: &mut Vec<Staged>) {
-        self.run(0, vec![(Step::Finish { at }, 0)], out);
+        self.run(0, [(Step::Finish { at }, 0)], out);
     }
 
-    /// Runs `steps` through the stages from `from` on and appends the result to `out`.
-    fn run(&mut self, from: usize, mut steps: Vec<(Step, Mask)>, out: &mut Vec<Staged>) {
-        let (mut next, mut given) = SCRATCH.with_borrow_mut(std::mem::take);
-        let from = from.min(self.slots.len());
-        for (index, slot) in self.slots.iter_mut().enumerate().skip(from) {
-            let Some(stage) = &mut slot.stage else {
-                continue;
-            };
-            for (step, mask) in steps.drain(..) {
-                let handed = Handed::of(&step);
-                match step {
-                    Step::Send(chunk) => stage.chunk(chunk, &mut given),
-                    Step::Finish { at } => stage.eof(at, &mut given),
-                    reset @ Step::Reset { .. } => given.push(reset),
+    /// Runs `first` through the stages from `from` on and appends the result to `out`.
+    fn run(
+        &mut self,
+        from: usize,
+        first: impl IntoIterator<Item = (Step, Mask)>,
+        out: &mut Vec<Staged>,
+    ) {
+        SCRATCH.with_borrow_mut(|(steps, next, given)| {
+            steps.extend(first);
+            let from = from.min(self.slots.len());
+            for (index, slot) in self.slots.iter_mut().enumerate().skip(from) {
+                let Some(stage) = &mut slot.stage else {
+                    continue;
+                };
+                for (step, mask) in steps.drain(..) {
+                    let handed = Handed::of(&step);
+                    match step {
+                        Step::Send(chunk) => stage.chunk(chunk, given),
+                        Step::Finish { at } => stage.eof(at, given),
+                        reset @ Step::Reset { .. } => given.push(reset),
+                    }
+                    let acted = !(given.len() == 1 && handed.is(&given[0]));
+                    let mask = mask | if acted { bit(index) } else { 0 };
+                    next.extend(given.drain(..).map(|s| (s, mask)));
                 }
-                let acted = !(given.len() == 1 && handed.is(&given[0]));
-                let mask = mask | if acted { bit(index) } else { 0 };
-                next.extend(given.drain(..).map(|s| (s, mask)));
+                std::mem::swap(steps, next);
             }
-            std::mem::swap(&mut steps, &mut next);
-        }
-        for (step, mask) in steps.drain(..) {
-            let by = (mask != 0).then(|| self.acted_by(mask));
-            out.push(Staged { step, by });
-        }
-        SCRATCH.set((next, given));
+            for (step, mask) in steps.drain(..) {
+                let by = (mask != 0).then(|| self.acted_by(mask));
+                out.push(Staged { step, by });
+            }
+        });
     }
 
     /// The names `mask` stands for, built once per mask between syncs.
