@@ -23,6 +23,24 @@ async fn passthrough_relays_every_byte_both_ways() {
 }
 
 #[tokio::test]
+async fn nil_faults_relay_every_byte_both_ways() {
+    // Their chunks come back from the chain due at once, so the relay writes them as
+    // it reads them, without its queue (a partial write is the relay's unit tests').
+    within(60, async {
+        for fault in [
+            "latency:latency=0",
+            "bandwidth:rate=100000000",
+            "slicer:average_size=1048576,size_variation=0,delay=0",
+        ] {
+            let (proxy, _) = spawn_proxy(echo_server().await, &[fault]).await;
+            let data = pattern(8 << 20, 2);
+            assert!(common::round_trip(proxy, &data).await == data, "{fault}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn client_half_close_still_gets_the_whole_answer() {
     within(10, async {
         // A server that reads to EOF, then answers, then closes.
@@ -188,6 +206,8 @@ const PRESERVING: &[&str] = &[
     "slow_close:delay=5",
     "slow_close:delay=5,stream=upstream",
     "latency:latency=2,toxicity=0.5",
+    "latency:latency=0",
+    "bandwidth:rate=100000000,stream=upstream",
 ];
 
 proptest! {

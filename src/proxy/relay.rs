@@ -9,6 +9,7 @@
 mod control;
 mod fast;
 mod flow;
+mod rest;
 mod stream;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! One direction of one connection: `read → chain → ordered queue → write`, on the
-//! staged path while a fault applies, on the fast path ([`super::fast`]) otherwise.
+//! staged path while a fault applies (waiting at rest in [`super::rest`]), on the
+//! fast path ([`super::fast`]) otherwise.
 
 use std::{collections::VecDeque, sync::Arc};
 
@@ -16,7 +17,6 @@ use crate::{
     fault::{
         Chain, ConnId, Direction, Kind,
         chain::{ActedBy, Staged},
-        stage::Chunk,
         stage::Step,
     },
 };
@@ -169,7 +169,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
 
     /// Something the faults `by` acted on happened: the first time a fault acts on
     /// this direction, its connection counts as hit. Returns the capture comment.
-    fn acted(&mut self, by: Option<&Arc<ActedBy>>) -> Option<String> {
+    pub(super) fn acted(&mut self, by: Option<&Arc<ActedBy>>) -> Option<String> {
         let by = by?;
         for name in &by.names {
             if !self.hit.contains(name) {
@@ -240,46 +240,12 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
         self.chain.is_empty() && self.queue.is_empty() && !self.src_done
     }
 
-    /// Faults apply but nothing is queued or scheduled, and the source is a socket
-    /// whose readiness can be awaited on its own.
-    fn at_rest(&self) -> bool {
-        self.queue.is_empty()
-            && self.reset_at.is_none()
-            && !self.src_done
-            && self.src.tcp().is_some()
-    }
-
-    /// Waits, at rest, until the source is readable, the faults change or the
-    /// connection is told something, without the staged path's state: an idle
-    /// faulted connection then costs what an unfaulted one does (the staged future
-    /// is some hundred bytes a direction). `None`: on to the staged path.
-    async fn rest(&mut self) -> Option<End> {
-        // The queue's room too: four steps' worth, a quarter KiB a direction.
-        self.queue = VecDeque::new();
-        let control = self.control;
-        let seen = control.seen();
-        if let Some(end) = control.stopped() {
-            return Some(end);
-        }
-        if self.faults.has_changed().unwrap_or(true) {
-            return self.sync(true);
-        }
-        let src = self.src.tcp()?;
-        tokio::select! {
-            biased;
-            _ = control.signalled(self.dir, seen) => {}
-            // An error is the staged path's to find, on its read.
-            _ = src.readable() => {}
-        }
-        None
-    }
-
     /// The faulted path: one chunk, due time or fault change at a time, until the
     /// direction ends (`Some`), has nothing staged any more, or is at rest again
     /// after it acted (`None`).
     pub(super) async fn staged(&mut self) -> Option<End> {
         let control = self.control;
-        // Entered at rest when the source became readable: its read comes first.
+        // Entered at rest when a captured source became readable: its read comes first.
         let mut first = true;
         while !(self.unstaged() || !first && self.at_rest()) {
             first = false;
@@ -316,32 +282,24 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
                 (Some(reset), Some(head)) => Some(reset.min(head)),
                 (reset, head) => reset.or(head),
             };
-            let mut out = Vec::new();
             tokio::select! {
                 biased;
                 _ = control.signalled(self.dir, seen) => {}
                 _ = self.timer.until(next.unwrap_or(now)), if next.is_some() => {}
                 read = read_some(&mut self.src), if can_read => {
                     let now = Instant::now();
-                    match read {
-                        Ok(data) if data.is_empty() => {
-                            self.src_done = true;
-                            if self.tap.is_some() {
-                                Box::pin(tap(&self.tap, self.fin_record(Which::Src, None))).await;
-                            }
-                            self.chain.eof(now, &mut out);
-                        }
-                        Ok(data) => {
-                            self.received += data.len() as u64;
-                            if self.tap.is_some() {
-                                let record = self.data_record(Which::Src, data.clone(), None);
-                                Box::pin(tap(&self.tap, record)).await;
-                            }
-                            self.chain.chunk(Chunk { data, due: now }, &mut out);
-                        }
-                        Err(_) => return Some(End::PeerReset(self.side(Which::Src))),
+                    let Ok(data) = read else {
+                        return Some(End::PeerReset(self.side(Which::Src)));
+                    };
+                    if self.tap.is_some() {
+                        let record = if data.is_empty() {
+                            self.fin_record(Which::Src, None)
+                        } else {
+                            self.data_record(Which::Src, data.clone(), None)
+                        };
+                        Box::pin(tap(&self.tap, record)).await;
                     }
-                    self.enqueue(out);
+                    self.took(data, now);
                 }
             }
         }
@@ -393,7 +351,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
         None
     }
 
-    pub(super) fn enqueue(&mut self, steps: Vec<Staged>) {
+    pub(super) fn enqueue(&mut self, steps: impl IntoIterator<Item = Staged>) {
         for staged in steps {
             match &staged.step {
                 Step::Reset { at } => {

@@ -14,7 +14,7 @@ use std::{
 
 use bytes::{Bytes, BytesMut};
 use tokio::{
-    io::{AsyncRead, AsyncWrite},
+    io::{AsyncRead, AsyncWrite, Interest},
     net::{TcpStream, tcp},
 };
 use tokio_util::io::poll_read_buf;
@@ -44,14 +44,47 @@ pub(super) async fn read_some<R: Source>(src: &mut R) -> io::Result<Bytes> {
             buf.clear();
             buf.reserve(READ_SIZE);
             let n = ready!(poll_read_buf(Pin::new(&mut *src), cx, buf))?;
-            Poll::Ready(Ok(if n >= HAND_OFF {
-                buf.split_to(n).freeze()
-            } else {
-                Bytes::copy_from_slice(&buf[..n])
-            }))
+            Poll::Ready(Ok(take(buf, n)))
         })
     })
     .await
+}
+
+/// What [`read_some`] reads, read from a socket now if it has anything (`None` if
+/// not), without a future. A read shorter than the room it had drained the socket:
+/// tokio is told so, as its own `poll_read` does, and waits for the next edge
+/// instead of costing a read that would only say EAGAIN.
+pub(super) fn try_read_some(src: &TcpStream) -> io::Result<Option<Bytes>> {
+    STAGED.with_borrow_mut(|buf| {
+        buf.clear();
+        buf.reserve(READ_SIZE);
+        let room = buf.capacity();
+        let mut read = None;
+        let tried = src.try_io(Interest::READABLE, || {
+            let n = src.try_read_buf(buf)?;
+            read = Some(n);
+            if n > 0 && n < room {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(())
+            }
+        });
+        match (read, tried) {
+            (Some(n), _) => Ok(Some(take(buf, n))),
+            (None, Err(e)) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            (None, _) => Ok(None),
+        }
+    })
+}
+
+/// The `n` bytes just read into `buf`: a small read copied out at its size, a
+/// large one taking the buffer's bytes along.
+fn take(buf: &mut BytesMut, n: usize) -> Bytes {
+    if n >= HAND_OFF {
+        buf.split_to(n).freeze()
+    } else {
+        Bytes::copy_from_slice(&buf[..n])
+    }
 }
 
 /// One end of a relayed connection.

@@ -18,7 +18,9 @@ use tokio::{
 };
 
 use super::*;
-use crate::fault::Scope;
+use bytes::Bytes;
+
+use crate::fault::{Direction, Scope};
 
 /// The relay's end of an in-memory connection; remembers whether its close was made a
 /// reset.
@@ -403,4 +405,56 @@ async fn a_connection_is_hit_only_by_the_faults_that_acted_on_it() {
     hit.sort();
     assert_eq!(hit, ["reset_peer_downstream", "slicer_upstream"]);
     assert_eq!(outcome.applied.len(), 3, "{:?}", outcome.applied);
+}
+
+/// A chunk due as it is read goes straight to the socket, as far as the socket takes
+/// it; the rest is queued after what was written, and nothing is written twice.
+#[tokio::test]
+async fn a_chunk_due_at_once_is_written_as_far_as_the_socket_takes_it() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (dst, accepted) = tokio::join!(
+        tokio::net::TcpStream::connect(listener.local_addr().unwrap()),
+        listener.accept()
+    );
+    let (mut dst, (mut peer, _)) = (dst.unwrap(), accepted.unwrap());
+    // Room for far less than the chunk while the peer does not read.
+    socket2::SockRef::from(&dst)
+        .set_send_buffer_size(4096)
+        .unwrap();
+    let (mut src, _client, _) = pipe();
+    let (_tx, rx) = watch::channel(faults(&["latency:latency=0"]));
+    let control = Control::default();
+    let id = ConnId {
+        seed: 1,
+        proxy: "p",
+        conn: 0,
+        class: Scope::Any,
+    };
+    let (_, write) = dst.split();
+    let evidence = Evidence::default();
+    let mut flow = Flow::new(
+        Direction::Upstream,
+        &mut src.read,
+        write,
+        rx,
+        &control,
+        id,
+        &evidence,
+    );
+    assert!(flow.sync(false).is_none());
+    let data: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
+    flow.took(Bytes::from(data.clone()), Instant::now());
+    let written = flow.sent as usize;
+    assert!(written > 0 && written < data.len(), "{written}");
+    assert_eq!(flow.queued, data.len() - written);
+    let reader = tokio::spawn(async move {
+        let mut got = vec![0; 4 << 20];
+        peer.read_exact(&mut got).await.unwrap();
+        got
+    });
+    while !flow.queue.is_empty() {
+        assert!(flow.send_head().await.is_none());
+    }
+    assert_eq!(flow.sent as usize, data.len());
+    assert!(reader.await.unwrap() == data);
 }
