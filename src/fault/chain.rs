@@ -118,12 +118,12 @@ impl Chain {
         self.slots.iter().all(|s| s.stage.is_none())
     }
 
-    /// Names of the faults that apply to this connection.
-    pub fn applied(&self) -> impl Iterator<Item = &str> {
+    /// The faults that apply to this connection.
+    pub fn applied(&self) -> impl Iterator<Item = &Arc<Fault>> {
         self.slots
             .iter()
             .filter(|s| s.stage.is_some())
-            .map(|s| s.fault.name.as_str())
+            .map(|s| &s.fault)
     }
 
     /// Brings the chain in line with `faults` (the proxy's whole list) for direction

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 
 use self::flow::Flow;
 pub use self::{
-    control::Control,
+    control::{Control, Waiter},
     stream::{Sink, Source, Stream},
 };
 use crate::{
@@ -205,11 +205,12 @@ pub async fn run<C: Stream, U: Stream>(
             id,
             &evidence,
         );
+        // One task for both: they share the Control's relay waker (`Waiter::Relay`).
         let (a, b) = tokio::join!(up.run(), down.run());
-        for names in [&mut up.applied, &mut down.applied] {
-            for name in names.drain(..) {
-                if !applied.contains(&name) {
-                    applied.push(name);
+        for faults in [&up.applied, &down.applied] {
+            for fault in faults {
+                if !applied.contains(&fault.name) {
+                    applied.push(fault.name.clone());
                 }
             }
         }

@@ -24,7 +24,7 @@ use crate::{
     fault::{Kind, Scope, config::ProxyConfig},
     proxy::{
         Proxy, RunContext,
-        relay::{self, Control, Evidence, Faults, OnUpstreamError},
+        relay::{self, Control, Evidence, Faults, OnUpstreamError, Waiter},
         socket,
     },
     tls,
@@ -463,8 +463,7 @@ enum Stop {
 /// Resolves when snag must act on the connection; `drained`: the drain was seen.
 async fn ended(control: &Control, faults: &Faults, drained: bool, class: Scope) -> Stop {
     loop {
-        let mut woken = std::pin::pin!(control.notified());
-        woken.as_mut().enable();
+        let seen = control.seen();
         if control.is_reset() {
             return Stop::Reset;
         }
@@ -479,6 +478,6 @@ async fn ended(control: &Control, faults: &Faults, drained: bool, class: Scope) 
         if control.is_draining() && !drained {
             return Stop::Drain;
         }
-        woken.await;
+        control.signalled(Waiter::Http, seen).await;
     }
 }

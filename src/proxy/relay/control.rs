@@ -7,25 +7,32 @@ use std::{
 };
 
 use atomic_waker::AtomicWaker;
-use tokio::sync::Notify;
 
 use super::End;
-use crate::fault::Direction;
 
 /// What a connection watches besides its sockets: one per connection, so waiting on
-/// it never contends with other connections. Its owner (the proxy) wakes it when the
-/// fault list changes or the proxy shuts down; one direction wakes it to stop the other.
+/// it never contends with other connections. Its owner (the proxy) signals it when
+/// the fault list changes or the proxy shuts down; one direction signals it to stop
+/// the other. It counts its signals, and each waiter reads the count before looking
+/// at the state, then waits until it moves, with a waker of its own and no lock (a
+/// tokio `Notify` takes its lock on every poll, and the relay polls its signal once
+/// per read or write). Kept small: every connection, idle or not, holds one.
 #[derive(Debug, Default)]
 pub struct Control {
-    /// For waiters outside the relay (HTTP mode's).
-    notify: Notify,
     state: AtomicU8,
-    /// Counts the signals, so each direction of the relay waits on it with a waker
-    /// of its own and no lock: a `Notified` takes the `Notify`'s lock on every poll,
-    /// and the relay polls its signal once per read or write.
     signals: AtomicU32,
-    /// The task of each direction, [`Direction::Upstream`] first.
-    directions: [AtomicWaker; 2],
+    relay: AtomicWaker,
+    http: AtomicWaker,
+}
+
+/// Who waits on a connection's signals; each waits from one task at a time.
+#[derive(Debug, Clone, Copy)]
+pub enum Waiter {
+    /// The relay's two directions: [`super::run`] joins them in one task, so they
+    /// share its waker.
+    Relay,
+    /// HTTP mode's watch beside hyper.
+    Http,
 }
 
 const ABORTED: u8 = 1;
@@ -74,11 +81,6 @@ impl Control {
         self.state.load(Ordering::Acquire) & SHUTDOWN != 0
     }
 
-    /// Resolves on the next poke or shutdown after it was first polled (or enabled).
-    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.notify.notified()
-    }
-
     pub(super) fn abort(&self) {
         self.state.fetch_or(ABORTED, Ordering::Release);
         self.signal();
@@ -86,25 +88,22 @@ impl Control {
 
     fn signal(&self) {
         self.signals.fetch_add(1, Ordering::AcqRel);
-        for direction in &self.directions {
-            direction.wake();
-        }
-        self.notify.notify_waiters();
+        self.relay.wake();
+        self.http.wake();
     }
 
     /// Where the signals are: read it before looking at the state, then wait with
     /// [`Control::signalled`], and a signal between the two is not lost.
-    pub(super) fn seen(&self) -> u32 {
+    pub fn seen(&self) -> u32 {
         self.signals.load(Ordering::Acquire)
     }
 
-    /// Resolves once the connection was signalled after `seen` was read; only
-    /// `direction`'s flow waits on it, from one task at a time.
-    pub(super) fn signalled(&self, direction: Direction, seen: u32) -> impl Future<Output = ()> {
-        let waker = &self.directions[match direction {
-            Direction::Upstream => 0,
-            Direction::Downstream => 1,
-        }];
+    /// Resolves once the connection was signalled after `seen` was read.
+    pub fn signalled(&self, waiter: Waiter, seen: u32) -> impl Future<Output = ()> + '_ {
+        let waker = match waiter {
+            Waiter::Relay => &self.relay,
+            Waiter::Http => &self.http,
+        };
         poll_fn(move |cx| {
             if self.seen() == seen {
                 waker.register(cx.waker());

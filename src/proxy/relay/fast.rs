@@ -10,7 +10,7 @@ use nix::{errno::Errno, sys::socket::MsgFlags};
 use tokio::io::{AsyncWriteExt, Interest};
 
 use super::{
-    End, Sink, Source,
+    End, Sink, Source, Waiter,
     flow::{Flow, Which, tap},
     stream::{BUF, read_some},
 };
@@ -48,7 +48,7 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
             let read = tokio::select! {
                 biased;
                 read = read_some(&mut self.src) => read,
-                _ = control.signalled(self.dir, seen) => continue,
+                _ = control.signalled(Waiter::Relay, seen) => continue,
             };
             match read {
                 Ok(data) if data.is_empty() => return Some(self.pass_fin().await),
@@ -113,7 +113,7 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
                             return Some(End::PeerReset(self.side(Which::Src)));
                         }
                     }
-                    _ = control.signalled(self.dir, seen) => break,
+                    _ = control.signalled(Waiter::Relay, seen) => break,
                 }
                 // Read and write without awaiting, so the per-thread buffer is never
                 // held across a suspension; only what the destination cannot take at

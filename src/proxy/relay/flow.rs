@@ -8,14 +8,14 @@ use bytes::Bytes;
 use tokio::{io::AsyncWriteExt, sync::mpsc, time::Instant};
 
 use super::{
-    Control, End, Evidence, Faults, QUEUE_LIMIT, Side, Sink, Source, stream::read_some,
+    Control, End, Evidence, Faults, QUEUE_LIMIT, Side, Sink, Source, Waiter, stream::read_some,
     timer::Timer,
 };
 use crate::{
     capture::{self, CLIENT_LEG, Record, UPSTREAM_LEG, tap::Notes, tcp::Peer},
     events::Counters,
     fault::{
-        Chain, ConnId, Direction, Kind,
+        Chain, ConnId, Direction, Fault, Kind,
         chain::{ActedBy, Staged},
         stage::Step,
     },
@@ -42,7 +42,9 @@ pub(super) struct Flow<'a, R, W> {
     pub(super) fin_queued: bool,
     pub(super) sent: u64,
     pub(super) received: u64,
-    pub(super) applied: Vec<String>,
+    /// The faults that applied at any time, by name: the chain's own, not copies of
+    /// their names, which every faulted connection would hold while it is open.
+    pub(super) applied: Vec<Arc<Fault>>,
     /// The faults that acted on something this direction did, in the order they first did.
     pub(super) hit: Vec<String>,
     pub(super) tap: Option<mpsc::Sender<Record>>,
@@ -284,7 +286,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
             };
             tokio::select! {
                 biased;
-                _ = control.signalled(self.dir, seen) => {}
+                _ = control.signalled(Waiter::Relay, seen) => {}
                 _ = self.timer.until(next.unwrap_or(now)), if next.is_some() => {}
                 read = read_some(&mut self.src), if can_read => {
                     let now = Instant::now();
@@ -342,9 +344,9 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
             // new one, so removing the blackhole lets the close through.
             self.chain.eof(now, &mut out);
         }
-        for name in self.chain.applied() {
-            if !self.applied.iter().any(|a| a == name) {
-                self.applied.push(name.to_string());
+        for fault in self.chain.applied() {
+            if !self.applied.iter().any(|a| a.name == fault.name) {
+                self.applied.push(fault.clone());
             }
         }
         self.enqueue(out);
@@ -421,7 +423,7 @@ impl<'a, R: Source, W: Sink> Flow<'a, R, W> {
                     }
                     _ => return Some(End::PeerReset(self.side(Which::Dst))),
                 },
-                _ = control.signalled(self.dir, seen) => {}
+                _ = control.signalled(Waiter::Relay, seen) => {}
             }
         }
         None

@@ -10,7 +10,7 @@ use bytes::{Buf, Bytes};
 use tokio::time::Instant;
 
 use super::{
-    End, Sink, Source,
+    End, Sink, Source, Waiter,
     flow::{Flow, Which},
     stream::try_read_some,
 };
@@ -57,7 +57,7 @@ impl<R: Source, W: Sink> Flow<'_, R, W> {
             let src = self.src.tcp()?;
             tokio::select! {
                 biased;
-                _ = control.signalled(self.dir, seen) => continue,
+                _ = control.signalled(Waiter::Relay, seen) => continue,
                 _ = src.readable() => {}
             }
             // The staged path records what it reads as it reads it.
