@@ -84,6 +84,16 @@ fn pipe() -> (Pipe, DuplexStream, Arc<AtomicBool>) {
     (pipe, theirs, reset)
 }
 
+/// The one connection of a test.
+fn conn_id() -> ConnId<'static> {
+    ConnId {
+        seed: 1,
+        proxy: "p",
+        conn: 0,
+        class: Scope::Any,
+    }
+}
+
 fn rig(specs: &[&str], policy: OnUpstreamError) -> Rig {
     let (mut client_pipe, client, client_reset) = pipe();
     let (mut upstream_pipe, upstream, upstream_reset) = pipe();
@@ -92,12 +102,7 @@ fn rig(specs: &[&str], policy: OnUpstreamError) -> Rig {
     let relay = tokio::spawn({
         let control = control.clone();
         async move {
-            let id = ConnId {
-                seed: 1,
-                proxy: "p",
-                conn: 0,
-                class: Scope::Any,
-            };
+            let id = conn_id();
             run(
                 &mut client_pipe,
                 &mut upstream_pipe,
@@ -424,12 +429,7 @@ async fn a_chunk_due_at_once_is_written_as_far_as_the_socket_takes_it() {
     let (mut src, _client, _) = pipe();
     let (_tx, rx) = watch::channel(faults(&["latency:latency=0"]));
     let control = Control::default();
-    let id = ConnId {
-        seed: 1,
-        proxy: "p",
-        conn: 0,
-        class: Scope::Any,
-    };
+    let id = conn_id();
     let (_, write) = dst.split();
     let evidence = Evidence::default();
     let mut flow = Flow::new(
