@@ -11,6 +11,10 @@ use std::{
 
 use serde::Serialize;
 
+use self::tally::Tally;
+
+mod tally;
+
 /// How many distinct transaction ids a proxy remembers; past that, new ids are not
 /// tracked (and `ids_untracked` counts them), so memory stays bounded on long runs.
 pub const ID_LIMIT: usize = 1_000_000;
@@ -39,10 +43,10 @@ pub enum Class {
 pub struct Counters {
     connections: AtomicU64,
     active: AtomicU64,
-    probe_requests: AtomicU64,
-    data_requests: AtomicU64,
+    probe_requests: Tally,
+    data_requests: Tally,
     /// Index 0 = 1xx … 4 = 5xx.
-    statuses: [AtomicU64; 5],
+    statuses: [Tally; 5],
     upstream_errors: AtomicU64,
     upstream_resets: AtomicU64,
     bad_requests: AtomicU64,
@@ -206,7 +210,7 @@ impl Counters {
             Class::Probe => &self.probe_requests,
             Class::Data => &self.data_requests,
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.add(1);
         if draining {
             self.after_drain.fetch_add(1, Ordering::Relaxed);
         }
@@ -215,7 +219,7 @@ impl Counters {
     /// A response of `status` went to the client.
     pub fn response(&self, status: u16) {
         if let Some(c) = self.statuses.get((status / 100).saturating_sub(1) as usize) {
-            c.fetch_add(1, Ordering::Relaxed);
+            c.add(1);
         }
     }
 
@@ -364,17 +368,18 @@ impl Counters {
                 c.load(Ordering::Relaxed)
             }
         };
+        let tally = |t: &Tally| if take { t.take() } else { t.get() };
         Stats {
             connections: get(&self.connections),
             active_connections: self.active.load(Ordering::Relaxed),
             requests: BTreeMap::from([
-                ("data".to_string(), get(&self.data_requests)),
-                ("probe".to_string(), get(&self.probe_requests)),
+                ("data".to_string(), tally(&self.data_requests)),
+                ("probe".to_string(), tally(&self.probe_requests)),
             ]),
             responses: ["1xx", "2xx", "3xx", "4xx", "5xx"]
                 .into_iter()
                 .map(String::from)
-                .zip(self.statuses.iter().map(get))
+                .zip(self.statuses.iter().map(tally))
                 .collect(),
             new_connections_per_second: ids.per_second.clone(),
             upstream_errors: get(&self.upstream_errors),
@@ -506,94 +511,4 @@ impl EventLog {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_id_seen_twice_is_one_duplicate() {
-        let c = Counters::default();
-        for id in ["a", "b", "a", "c", "a"] {
-            c.transaction(id);
-        }
-        c.instance("backend-a", "backend-a");
-        c.instance("backend-b", "backend-a");
-        c.response(200);
-        c.response(503);
-        let s = c.snapshot();
-        assert_eq!(s.duplicates, BTreeMap::from([("a".to_string(), 3)]));
-        assert_eq!(
-            (
-                s.instance_disagreements,
-                s.responses["2xx"],
-                s.responses["5xx"]
-            ),
-            (1, 1, 1)
-        );
-    }
-
-    #[test]
-    fn a_backend_naming_itself_anew_each_time_cannot_grow_the_stats_without_bound() {
-        let c = Counters::default();
-        for i in 0..INSTANCE_LIMIT + 500 {
-            c.instance(&format!("b{i}"), "b0");
-        }
-        c.instance("b1", "b0");
-        let s = c.snapshot();
-        assert_eq!(s.instances.len(), INSTANCE_LIMIT + 1);
-        assert_eq!(s.instances[OTHER_INSTANCES], 500);
-        assert_eq!(s.instances["b1"], 2, "names already kept go on counting");
-        assert_eq!(s.instance_disagreements, (INSTANCE_LIMIT + 500) as u64);
-    }
-
-    fn probe(status: u16) -> Probe {
-        Probe {
-            unix_ms: 0,
-            path: "/health".into(),
-            status,
-            latency_ms: 1.0,
-        }
-    }
-
-    #[test]
-    fn probes_unanswered_and_failed_are_counted_beside_the_recent_list() {
-        let c = Counters::default();
-        for status in [200, 301, 0, 503, 404, 0, 200] {
-            c.probe(probe(status));
-        }
-        let s = c.snapshot();
-        assert_eq!((s.probes_unanswered, s.probes_failed), (2, 4));
-        assert_eq!(s.probes.len(), 7);
-    }
-
-    #[test]
-    fn a_reset_returns_the_window_and_starts_a_new_one_keeping_what_is_open() {
-        let c = Counters::default();
-        c.connection_opened();
-        c.connection_opened();
-        c.connection_closed();
-        c.request(Class::Data, false);
-        c.response(503);
-        c.transaction("t1");
-        c.transaction("t1");
-        c.probe(probe(0));
-        let window = c.reset();
-        assert_eq!(window.connections, 2);
-        assert_eq!(window.active_connections, 1);
-        assert_eq!(window.requests["data"], 1);
-        assert_eq!(window.responses["5xx"], 1);
-        assert_eq!(window.duplicates["t1"], 2);
-        assert_eq!(window.new_connections_per_second, [2]);
-        assert_eq!((window.probes_unanswered, window.probes.len()), (1, 1));
-        let after = c.snapshot();
-        assert_eq!(after.connections, 0);
-        assert_eq!(after.active_connections, 1, "still open");
-        assert_eq!(after.requests["data"], 0);
-        assert_eq!(after.responses["5xx"], 0);
-        assert!(after.duplicates.is_empty() && after.probes.is_empty());
-        assert!(after.new_connections_per_second.is_empty());
-        assert_eq!(after.probes_unanswered, 0);
-        // The same id after the reset is new to the new window.
-        c.transaction("t1");
-        assert!(c.snapshot().duplicates.is_empty());
-    }
-}
+mod tests;

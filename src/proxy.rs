@@ -107,6 +107,10 @@ pub struct Proxy {
     pub name: String,
     /// Where new connections go, `host:port`; open ones stay where they are.
     upstream: std::sync::RwLock<Arc<str>>,
+    /// Counts the changes of `upstream`: what an HTTP worker compares with the
+    /// upstream it keeps (reading `upstream` takes its lock and clones its Arc, two
+    /// writes to one cache line that every worker would make on every request).
+    upstream_changes: AtomicU64,
     /// As it was made; its faults and upstream live on in the fields here.
     config: ProxyConfig,
     context: RunContext,
@@ -120,6 +124,10 @@ pub struct Proxy {
     counters: Arc<Counters>,
     /// The drain under way, and when it began.
     drain: watch::Sender<Option<(Drain, tokio::time::Instant)>>,
+    /// Whether `drain` holds one: read first by [`Proxy::draining`], which every
+    /// HTTP request and response frame calls (the watch's lock is a write to a line
+    /// every worker shares).
+    drain_on: AtomicBool,
     /// HTTP mode's TLS and upstream clients; `None` in TCP mode.
     http: Option<Arc<http::Legs>>,
     /// A readiness drain's first step: since when probes fail.
@@ -188,6 +196,7 @@ impl Proxy {
         let proxy = Proxy {
             name: config.name.clone(),
             upstream: std::sync::RwLock::new(Arc::from(config.upstream.as_str())),
+            upstream_changes: AtomicU64::new(0),
             config,
             context,
             faults: watch::Sender::new(Arc::new(Vec::new())),
@@ -197,6 +206,7 @@ impl Proxy {
             traffic: Default::default(),
             counters: Arc::default(),
             drain: watch::Sender::new(None),
+            drain_on: AtomicBool::new(false),
             http,
             unready: watch::Sender::new(None),
             capturing: Arc::new(AtomicBool::new(true)),
@@ -227,6 +237,13 @@ impl Proxy {
             .upstream
             .write()
             .expect("no code panics while holding the upstream lock") = Arc::from(upstream);
+        self.upstream_changes.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many times the upstream changed: when this moves, [`Proxy::upstream`]
+    /// has the new one.
+    pub fn upstream_changes(&self) -> u64 {
+        self.upstream_changes.load(Ordering::Acquire)
     }
 
     /// How it was made (its faults and upstream as they are now: [`Proxy::faults`],

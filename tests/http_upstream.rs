@@ -402,3 +402,65 @@ async fn what_the_upstream_answers_reaches_the_client_and_what_is_malformed_is_a
     })
     .await;
 }
+
+/// Sends `GET /` on `client` and reads the answer (it has a Content-Length): its
+/// status and body.
+async fn ask(client: &mut BufReader<TcpStream>) -> (u16, String) {
+    client
+        .get_mut()
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut status = String::new();
+    client.read_line(&mut status).await.unwrap();
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        client.read_line(&mut line).await.unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; length];
+    client.read_exact(&mut body).await.unwrap();
+    let status = status.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, String::from_utf8(body).unwrap())
+}
+
+// A connection keeps its own view of the faults and each worker its own of the
+// upstream, read again only when the proxy's change: each request must still see
+// the ones of its moment.
+#[tokio::test]
+async fn on_one_client_connection_each_request_sees_the_faults_and_upstream_of_its_moment() {
+    within(20, async {
+        let (one, _) = common::http_backend("one").await;
+        let (two, _) = common::http_backend("two").await;
+        let mut config = common::config("h", one, &[]);
+        config.mode = Mode::Http;
+        let (proxy, snag) = common::serve(config, snag::proxy::RunContext::new(1)).await;
+        let mut client = BufReader::new(TcpStream::connect(proxy).await.unwrap());
+        assert_eq!(ask(&mut client).await, (200, "one".into()));
+        snag.add_fault("http_status:status=503".parse().unwrap())
+            .unwrap();
+        assert_eq!(ask(&mut client).await.0, 503);
+        snag.remove_fault("http_status_downstream").unwrap();
+        assert_eq!(ask(&mut client).await, (200, "one".into()));
+        snag.set_upstream(&two.to_string());
+        assert_eq!(ask(&mut client).await, (200, "two".into()));
+        snag.set_upstream(&one.to_string());
+        assert_eq!(ask(&mut client).await, (200, "one".into()));
+        // The same address again: the requests still go there.
+        snag.set_upstream(&one.to_string());
+        assert_eq!(ask(&mut client).await, (200, "one".into()));
+        let stats = snag.counters().snapshot();
+        assert_eq!(stats.requests.get("data"), Some(&6));
+        assert_eq!(stats.responses.get("2xx"), Some(&5));
+        assert_eq!(stats.responses.get("5xx"), Some(&1));
+    })
+    .await;
+}

@@ -1,7 +1,7 @@
 //! Draining a proxy: new connections refused or ignored, open ones finished as the
 //! drain's mode says, and what is still open at its deadline reset.
 
-use std::sync::Arc;
+use std::sync::{Arc, atomic::Ordering};
 
 use tokio::sync::watch;
 use tracing::info;
@@ -18,6 +18,9 @@ pub const SLOW_DRAIN: &str = "drain_slow";
 impl Proxy {
     /// The drain under way, if any.
     pub fn draining(&self) -> Option<Drain> {
+        if !self.drain_on.load(Ordering::Acquire) {
+            return None;
+        }
         self.drain.borrow().map(|(d, _)| d)
     }
 
@@ -44,6 +47,7 @@ impl Proxy {
         self.event("drain_started", serde_json::json!({ "drain": drain }));
         self.drain
             .send_replace(Some((drain, tokio::time::Instant::now())));
+        self.drain_on.store(true, Ordering::Release);
         if drain.mode == DrainMode::Abrupt {
             self.reset_all();
             return;
@@ -84,6 +88,7 @@ impl Proxy {
         info!(proxy = %self.name, "drain ended");
         self.event("drain_ended", serde_json::json!({}));
         self.drain.send_replace(None);
+        self.drain_on.store(false, Ordering::Release);
     }
 
     /// Whether a readiness drain has health probes failing (its first step).

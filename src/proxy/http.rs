@@ -58,7 +58,7 @@ pub enum Failure {
 
 async fn exchange(
     req: Request<Incoming>,
-    conn: &Conn,
+    conn: &Arc<Conn>,
     stream: Option<(u32, goaway::Turn)>,
 ) -> Result<Response<ReplyBody>, Failure> {
     let proxy = &conn.proxy;
@@ -74,20 +74,21 @@ async fn exchange(
                 headers.get(name).and_then(|v| v.to_str().ok())
             })
     };
-    let faults: Vec<Arc<Fault>> = {
-        let on = conn.faults.borrow();
-        // The name requests draw their toxicity under; most requests meet no fault.
-        let requests = (!on.is_empty()).then(|| format!("{}/requests", proxy.name));
-        let requests = requests.as_deref().unwrap_or_default();
+    let faults: Vec<Arc<Fault>> = conn.faults.with(|on| {
+        if on.is_empty() {
+            return Vec::new();
+        }
+        // The name requests draw their toxicity under.
+        let requests = format!("{}/requests", proxy.name);
         on.iter()
             .filter(|f| {
                 f.kind.is_http()
                     && f.scope.covers(class)
-                    && f.applies(proxy.seed(), requests, number)
+                    && f.applies(proxy.seed(), &requests, number)
             })
             .cloned()
             .collect()
-    };
+    });
     debug!(number, class = class.as_str(), path = %req.uri().path(), faults = faults.len(), "request");
     let counters = proxy.counters();
     let counted = if class == Scope::Probe {
@@ -187,7 +188,7 @@ impl Drop for ProbeRecord {
 /// the head, and the body hooks act frame by frame in [`Faulted`].
 async fn respond(
     req: Request<Incoming>,
-    conn: &Conn,
+    conn: &Arc<Conn>,
     mut cx: Exchange,
     faults: Vec<Arc<Fault>>,
     mut turn: Option<goaway::Turn>,
@@ -210,7 +211,7 @@ async fn respond(
         ));
     }
     let (head, body) = req.into_parts();
-    let mut hits = Hits::new(proxy.clone(), conn.notes.clone(), cx.stream);
+    let mut hits = Hits::new(conn.clone(), cx.stream);
     for fault in &faults {
         let Some(hooks) = fault.kind.http() else {
             continue;
@@ -294,8 +295,8 @@ async fn respond(
     let Some(processing) = forwarding else {
         return unprocessed(conn, cx.stream).await;
     };
-    let counted = proxy.clone();
     let on_whole = (!ids.is_empty()).then(|| -> upstream::OnWhole {
+        let counted = proxy.clone();
         Box::new(move || ids.iter().for_each(|id| counted.counters().transaction(id)))
     });
     let outbound = outbound.map(|body| upstream::Outbound::new(body, on_whole));

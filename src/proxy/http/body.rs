@@ -18,13 +18,10 @@ use hyper::{
 use tokio::time::Sleep;
 
 use super::{Failure, connection::Conn, goaway::Processing, hits::Hits, upstream::UpstreamBody};
-use crate::{
-    fault::{
-        Fault,
-        drain::{Drain, DrainMode},
-        http::{BodyStep, Exchange},
-    },
-    proxy::{Proxy, socket},
+use crate::fault::{
+    Fault,
+    drain::{Drain, DrainMode},
+    http::{BodyStep, Exchange},
 };
 
 /// The longest an HTTP/2 cut waits for the frames before it to be written: long
@@ -159,13 +156,9 @@ pub(super) struct Faulted {
     /// reset (this response's HEADERS and DATA at the least), and until when to wait.
     flushing: Option<(u64, tokio::time::Instant)>,
     h2: bool,
-    socket: socket::Shared,
-    /// Consulted per frame: a slow drain paces responses already in flight.
-    proxy: Arc<Proxy>,
-    /// The capture, to record a reset in.
-    tap: Option<(tokio::sync::mpsc::Sender<crate::capture::Record>, u64)>,
-    /// The comments for the client leg, when the relay carries it.
-    notes: Option<Arc<crate::capture::tap::Notes>>,
+    /// Its socket, its proxy (consulted per frame: a slow drain paces responses
+    /// already in flight) and the capture to record a reset in.
+    conn: Arc<Conn>,
     /// The upstream's trailers (gRPC's status), sent after the last data.
     trailers: Option<HeaderMap>,
     /// The faults that acted on this exchange.
@@ -187,7 +180,7 @@ impl Faulted {
         inner: Source,
         faults: Vec<Arc<Fault>>,
         cx: Exchange,
-        conn: &Conn,
+        conn: &Arc<Conn>,
         h2: bool,
         hits: Hits,
         processing: Processing,
@@ -205,10 +198,7 @@ impl Faulted {
             written_before: conn.socket.written(),
             flushing: None,
             h2,
-            socket: conn.socket.clone(),
-            proxy: conn.proxy.clone(),
-            tap: conn.tap.clone(),
-            notes: conn.notes.clone(),
+            conn: conn.clone(),
             trailers: None,
             hits,
             _processing: processing,
@@ -254,7 +244,7 @@ impl Faulted {
             mode: DrainMode::Slow,
             rate,
             ..
-        }) = self.proxy.draining()
+        }) = self.conn.proxy.draining()
         {
             hold += Duration::from_nanos(frame.len() as u64 * 1_000_000 / rate.max(1));
         }
@@ -290,7 +280,7 @@ impl Faulted {
                 // has taken them (bounded: a client that stopped reading gets the
                 // reset regardless).
                 if let Some((need, until)) = self.flushing
-                    && self.socket.written() < need
+                    && self.conn.socket.written() < need
                     && tokio::time::Instant::now() < until
                 {
                     let mut tick = Box::pin(tokio::time::sleep(Duration::from_millis(1)));
@@ -303,15 +293,15 @@ impl Faulted {
                 }
                 self.cutting = Cutting::Done;
                 if self.cut == Some(Cut::Close) && !self.h2 {
-                    self.socket.shutdown_write();
+                    self.conn.socket.shutdown_write();
                     // The connection ends when the client, seeing the FIN, closes.
                     return Poll::Pending;
                 }
                 if self.cut == Some(Cut::Reset) {
-                    self.socket.reset_on_close();
-                    super::connection::record_reset(&self.tap, &self.notes, "reset_mid_response");
-                    self.proxy.counters().fault_reset();
-                    self.proxy.event(
+                    self.conn.socket.reset_on_close();
+                    self.conn.record_reset("reset_mid_response");
+                    self.conn.proxy.counters().fault_reset();
+                    self.conn.proxy.event(
                         "fault_reset",
                         serde_json::json!({ "fault": "reset_mid_response" }),
                     );

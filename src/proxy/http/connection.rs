@@ -2,7 +2,10 @@
 //! the HTTP/2 frame layer, and the drains, shutdowns, idle closes and GOAWAYs that
 //! end it. Its exchanges are [`super::exchange`]'s.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use hyper::{Request, Version, body::Incoming, header::HeaderName, service::service_fn};
 use hyper_util::{
@@ -21,7 +24,7 @@ use crate::{
         tcp::Peer,
     },
     fault::ConnId,
-    fault::{Kind, Scope, config::ProxyConfig},
+    fault::{Fault, Kind, Scope, config::ProxyConfig},
     proxy::{
         Proxy, RunContext,
         relay::{self, Control, Evidence, Faults, OnUpstreamError, Waiter},
@@ -98,7 +101,7 @@ pub(super) struct Conn {
     pub(super) proxy: Arc<Proxy>,
     /// The proxy's name, shared by every exchange's hooks.
     pub(super) name: Arc<str>,
-    pub(super) faults: Faults,
+    pub(super) faults: SeenFaults,
     pub(super) legs: Arc<Legs>,
     /// The client socket hyper serves: setting SO_LINGER 0 through it turns the
     /// close hyper makes into an RST.
@@ -117,6 +120,34 @@ pub(super) struct Conn {
     pub(super) notes: Option<Arc<Notes>>,
     /// What the proxy asks of it (shutdown, drain, reset).
     pub(super) control: Arc<Control>,
+}
+
+/// The proxy's faults as one connection last read them. Each request looks at
+/// them, and a read of the proxy's watch takes its lock: a write to one cache line
+/// that every connection on every worker would make. The watch is read here only
+/// when it has changed (a plain load); otherwise the copy is, under a lock of the
+/// connection's own.
+pub(super) struct SeenFaults(Mutex<(Faults, Arc<Vec<Arc<Fault>>>)>);
+
+impl SeenFaults {
+    fn new(mut watch: Faults) -> SeenFaults {
+        let now = watch.borrow_and_update().clone();
+        SeenFaults(Mutex::new((watch, now)))
+    }
+
+    /// What `f` makes of the faults on now, in the order they were added.
+    pub(super) fn with<T>(&self, f: impl FnOnce(&[Arc<Fault>]) -> T) -> T {
+        let mut seen = self
+            .0
+            .lock()
+            .expect("no code panics holding a connection's faults");
+        let (watch, now) = &mut *seen;
+        // `Err`: the proxy is gone, and its faults with it; the last ones stay.
+        if watch.has_changed().unwrap_or(false) {
+            *now = watch.borrow_and_update().clone();
+        }
+        f(now)
+    }
 }
 
 impl Conn {
@@ -283,7 +314,7 @@ async fn http(
     let conn = Arc::new(Conn {
         name: Arc::from(proxy.name.as_str()),
         proxy,
-        faults: faults.clone(),
+        faults: SeenFaults::new(faults.clone()),
         legs,
         socket,
         h2: Arc::default(),

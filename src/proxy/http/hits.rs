@@ -6,26 +6,23 @@ use std::sync::Arc;
 
 use hyper::{HeaderMap, StatusCode, http::response};
 
-use crate::{
-    capture::tap::Notes,
-    fault::{Fault, http::Exchange},
-    proxy::Proxy,
-};
+use super::connection::Conn;
+use crate::fault::{Fault, http::Exchange};
 
 /// The faults that have acted on one exchange so far.
 pub(super) struct Hits {
-    proxy: Arc<Proxy>,
-    notes: Option<Arc<Notes>>,
+    /// Its connection's (the proxy's counters and the capture's notes through it):
+    /// a clone of the proxy's Arc would write to a line every worker shares.
+    conn: Arc<Conn>,
     /// HTTP/2: the stream, named in the capture's comment (streams interleave).
     stream: u32,
     counted: Vec<Arc<Fault>>,
 }
 
 impl Hits {
-    pub(super) fn new(proxy: Arc<Proxy>, notes: Option<Arc<Notes>>, stream: u32) -> Hits {
+    pub(super) fn new(conn: Arc<Conn>, stream: u32) -> Hits {
         Hits {
-            proxy,
-            notes,
+            conn,
             stream,
             counted: Vec::new(),
         }
@@ -35,10 +32,10 @@ impl Hits {
     /// capture each time (the next bytes to the client carry what it did).
     pub(super) fn acted(&mut self, fault: &Arc<Fault>) {
         if !self.counted.iter().any(|f| Arc::ptr_eq(f, fault)) {
-            self.proxy.counters().fault_hit(&fault.name);
+            self.conn.proxy.counters().fault_hit(&fault.name);
             self.counted.push(fault.clone());
         }
-        if let Some(notes) = &self.notes {
+        if let Some(notes) = &self.conn.notes {
             notes.add(match self.stream {
                 0 => format!("snag: {}", fault.name),
                 id => format!("snag: {} (stream {id})", fault.name),

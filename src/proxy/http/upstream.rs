@@ -57,7 +57,16 @@ pub type Client1 = Client<Connector, Outbound>;
 pub struct Upstreams {
     /// TLS to the upstream, set up once: the same for every address.
     tls: Option<Arc<ClientConfig>>,
-    current: Mutex<Option<(Arc<str>, Clients)>>,
+    current: Mutex<Option<Current>>,
+}
+
+/// The upstream a listener sends to, as of one of its proxy's upstream changes.
+struct Current {
+    changes: u64,
+    /// The listener's own copy: each request clones it, and a clone of the proxy's
+    /// would write to a line the other workers write too.
+    upstream: Arc<str>,
+    clients: Clients,
 }
 
 use self::pool::{Driven, Pool};
@@ -123,18 +132,28 @@ impl Upstreams {
 
     /// Where a request to `proxy` that came as `version` goes now.
     pub fn route(&self, proxy: &Proxy, version: Version) -> Route {
-        let upstream = proxy.upstream();
-        let clients = {
+        let changes = proxy.upstream_changes();
+        let (upstream, clients) = {
             let mut current = self
                 .current
                 .lock()
                 .expect("no code panics holding the upstream clients");
-            match &*current {
-                Some((at, clients)) if *at == upstream => clients.clone(),
+            match &mut *current {
+                Some(now) if now.changes == changes => (now.upstream.clone(), now.clients.clone()),
+                // Set again to the same address: the clients stay.
+                Some(now) if *now.upstream == *proxy.upstream() => {
+                    now.changes = changes;
+                    (now.upstream.clone(), now.clients.clone())
+                }
                 _ => {
+                    let upstream: Arc<str> = Arc::from(&*proxy.upstream());
                     let clients = self.clients(proxy, &upstream);
-                    *current = Some((upstream.clone(), clients.clone()));
-                    clients
+                    *current = Some(Current {
+                        changes,
+                        upstream: upstream.clone(),
+                        clients: clients.clone(),
+                    });
+                    (upstream, clients)
                 }
             }
         };
