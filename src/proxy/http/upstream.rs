@@ -138,24 +138,23 @@ impl Upstreams {
                 .current
                 .lock()
                 .expect("no code panics holding the upstream clients");
-            match &mut *current {
-                Some(now) if now.changes == changes => (now.upstream.clone(), now.clients.clone()),
-                // Set again to the same address: the clients stay.
-                Some(now) if *now.upstream == *proxy.upstream() => {
-                    now.changes = changes;
-                    (now.upstream.clone(), now.clients.clone())
-                }
-                _ => {
-                    let upstream: Arc<str> = Arc::from(&*proxy.upstream());
-                    let clients = self.clients(proxy, &upstream);
-                    *current = Some(Current {
-                        changes,
-                        upstream: upstream.clone(),
-                        clients: clients.clone(),
-                    });
-                    (upstream, clients)
+            if current.as_ref().is_none_or(|now| now.changes != changes) {
+                let upstream = proxy.upstream();
+                match &mut *current {
+                    // Set again to the same address: the clients stay.
+                    Some(now) if *now.upstream == *upstream => now.changes = changes,
+                    _ => {
+                        let upstream: Arc<str> = Arc::from(&*upstream);
+                        *current = Some(Current {
+                            changes,
+                            clients: self.clients(proxy, &upstream),
+                            upstream,
+                        });
+                    }
                 }
             }
+            let now = current.as_ref().expect("made above when missing");
+            (now.upstream.clone(), now.clients.clone())
         };
         let (via, version) = match (clients.h1, clients.h2) {
             (Some(h1), Some(h2)) => {
