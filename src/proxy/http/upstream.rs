@@ -25,6 +25,7 @@ use bytes::Bytes;
 use hyper::{
     Request, Response, Uri, Version,
     body::{Body, Frame, Incoming, SizeHint},
+    http::request,
 };
 use hyper_util::{
     client::legacy::{
@@ -255,14 +256,19 @@ impl Route {
         matches!(self.via, Via::Pooled(_))
     }
 
-    /// Sends `req` upstream; the response's body streams from the upstream.
+    /// Sends the request with `head` and `body` upstream; the response's body
+    /// streams from the upstream.
     pub async fn request(
         &self,
-        req: Request<Outbound>,
+        head: request::Parts,
+        body: Outbound,
     ) -> Result<Response<UpstreamBody>, BoxError> {
         match &self.via {
-            Via::Pooled(pool) => Ok(pool.send(req).await?.map(UpstreamBody::Pooled)),
-            Via::Client(client) => Ok(client.request(req).await?.map(UpstreamBody::Client)),
+            Via::Pooled(pool) => Ok(pool.send(&head, body).await?.map(UpstreamBody::Pooled)),
+            Via::Client(client) => Ok(client
+                .request(Request::from_parts(head, body))
+                .await?
+                .map(UpstreamBody::Client)),
         }
     }
 }

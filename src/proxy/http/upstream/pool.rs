@@ -18,8 +18,9 @@ use std::{
 
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::{
-    HeaderMap, Method, Request, Response, Uri,
+    HeaderMap, Method, Response, Uri,
     body::{Body, Frame, SizeHint},
+    http::request,
 };
 use tokio::{io::AsyncWrite, time::Instant};
 
@@ -105,15 +106,16 @@ impl Pool {
         pool
     }
 
-    /// Sends `req` on an idle connection, or a new one; a request an idle connection
-    /// closed on before any of it was written goes once more, on a new connection.
+    /// Sends the request with head `parts` and `body` on an idle connection, or a
+    /// new one; a request an idle connection closed on before any of it was written
+    /// goes once more, on a new connection.
     pub async fn send(
         self: &Arc<Pool>,
-        req: Request<Outbound>,
+        parts: &request::Parts,
+        mut body: Outbound,
     ) -> Result<Response<Driven>, BoxError> {
-        let (parts, mut body) = req.into_parts();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
-        let sending = h1::encode_request(&parts, body.is_end_stream(), &mut head);
+        let sending = h1::encode_request(parts, body.is_end_stream(), &mut head);
         let (mut conn, mut reused) = match self.take().await {
             Some(conn) => (conn, true),
             None => (self.connect().await?, false),
