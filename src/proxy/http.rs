@@ -210,7 +210,10 @@ async fn respond(
             "snag: draining: not ready (readiness drain)\n".into(),
         ));
     }
-    let (head, body) = req.into_parts();
+    // The head stays where it is from here on, changed in place: each move of it
+    // (224 bytes) writes lines of this future that, with hundreds of connections,
+    // are out of cache.
+    let (mut head, body) = req.into_parts();
     let mut hits = Hits::new(conn.clone(), cx.stream);
     for fault in &faults {
         let Some(hooks) = fault.kind.http() else {
@@ -273,10 +276,6 @@ async fn respond(
             }
         }
     }
-    // The head stays where it is from here on, changed in place: each move of it
-    // (224 bytes) writes lines of this future that, with hundreds of connections,
-    // are out of cache.
-    let mut head = head;
     // Transaction ids count when the request has gone upstream whole: a duplicate is
     // one the backend got twice, not one a fault answered, a GOAWAY left
     // unprocessed or the client cut short.
