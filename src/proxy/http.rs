@@ -21,6 +21,7 @@ use hyper::{
     HeaderMap, Request, Response, StatusCode, Uri, Version,
     body::Incoming,
     header::{self, HeaderName, HeaderValue},
+    http::request,
 };
 use tracing::debug;
 
@@ -374,13 +375,13 @@ async fn respond(
 /// path and headers, minus hop-by-hop headers, in the route's version. The client's
 /// Host (or HTTP/2 authority) is kept: as Host to HTTP/1.1, as `:authority` to
 /// HTTP/2; the connection goes to the route's upstream whatever it names.
-fn outbound(parts: &mut hyper::http::request::Parts, route: &Route) -> Result<(), String> {
+fn outbound(parts: &mut request::Parts, route: &Route) -> Result<(), String> {
     let host = parts
         .headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .is_some();
-    let authority = |parts: &hyper::http::request::Parts| match parts
+    let authority = |parts: &request::Parts| match parts
         .headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
