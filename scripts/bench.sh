@@ -10,23 +10,28 @@
 # by round with their spread; the interposer's CPU time per request is read from
 # /proc beside each figure at 32 connections.
 #
-#   scripts/bench.sh [--duration 5] [--rounds 3] [--idle 5000] [--allocators]
+#   scripts/bench.sh [--duration 5] [--rounds 3] [--idle 5000] [--allocators] [--plain]
 #
-# --allocators also builds snag with glibc's malloc and with mimalloc and measures
-# each beside the default (jemalloc) under a fault: memory over the open/close
-# cycles, requests/s and CPU per request at 32 connections.
+# snag is the profile-guided build scripts/pgo.sh makes (target/pgo/snag), as
+# scripts/image.sh is told to ship it; --plain measures `cargo build --release`'s
+# instead. --allocators also builds snag plainly with jemalloc (the default), with
+# glibc's malloc and with mimalloc, and measures the three side by side under a
+# fault: memory over the open/close cycles, requests/s and CPU per request at 32
+# connections.
 #
-# Needs: wrk, nginx, haproxy, python3 (scripts/install-deps.sh installs them).
+# Needs: wrk, nginx, haproxy, python3, and for the profile-guided build the
+# llvm-profdata of rustc's LLVM (scripts/install-deps.sh installs them).
 set -euo pipefail
 
-duration=5 rounds=3 idle=5000 allocators=0
+duration=5 rounds=3 idle=5000 allocators=0 plain=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --allocators) allocators=1; shift ;;
+    --plain) plain=1; shift ;;
     --duration) duration=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --idle) idle=$2; shift 2 ;;
-    *) echo "usage: $0 [--duration SECONDS] [--rounds N] [--idle CONNECTIONS] [--allocators]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--duration SECONDS] [--rounds N] [--idle CONNECTIONS] [--allocators] [--plain]" >&2; exit 2 ;;
   esac
 done
 for tool in wrk nginx haproxy python3; do
@@ -56,14 +61,22 @@ wait_port() { # port: wait up to 10 s for something to accept on it
   exit 1
 }
 
-snag="$root/target/release/snag"
+plain_build="$root/target/release/snag"
 if [ "$allocators" = 1 ]; then
-  printf 'building snag with glibc malloc and with mimalloc…' >&2
-  (cd "$root" && cargo build --release -q --no-default-features) && cp "$snag" "$work/snag-glibc"
-  (cd "$root" && cargo build --release -q --features mimalloc) && cp "$snag" "$work/snag-mimalloc"
-  printf '\r%60s\r' '' >&2
+  printf 'building snag plainly with glibc malloc, mimalloc and jemalloc…' >&2
+  (cd "$root" && cargo build --release -q --no-default-features) && cp "$plain_build" "$work/snag-glibc"
+  (cd "$root" && cargo build --release -q --features mimalloc) && cp "$plain_build" "$work/snag-mimalloc"
+  (cd "$root" && cargo build --release -q) && cp "$plain_build" "$work/snag-jemalloc"
+  printf '\r%70s\r' '' >&2
 fi
-(cd "$root" && cargo build --release -q)
+if [ "$plain" = 1 ]; then
+  (cd "$root" && cargo build --release -q)
+  snag=$plain_build
+else
+  bash "$root/scripts/pgo.sh"
+  snag="$root/target/pgo/snag"
+fi
+echo "snag: $snag ($([ "$plain" = 1 ] && echo 'cargo build --release' || echo 'profile-guided, scripts/pgo.sh'))"
 
 # nginx: a small page and a 10 MiB file, one worker (the machine has two cores and
 # wrk needs one), no logs.
@@ -276,14 +289,12 @@ mapfile -t cycles < <(python3 "$work/conns.py" cycles "${port[latency0]}" "$idle
 [ "${#cycles[@]}" -eq 5 ] || { echo "bench: the open/close cycles failed" >&2; exit 1; }
 printf '\r%50s\r' '' >&2
 
-# The allocators, each in a fresh process under the same fault: the cycles above,
-# then requests/s and CPU per request at 32 connections, interleaved.
+# The allocators, each a plain build in a fresh process under the same fault: the
+# cycles above, then requests/s and CPU per request at 32 connections, interleaved.
 declare -A alloc_cycles
-alloc_names=(jemalloc)
-alloc_cycles[jemalloc]="${cycles[*]}"
-port[alloc_jemalloc]=${port[latency0]} pid_of[alloc_jemalloc]=${pid_of[latency0]}
+alloc_names=()
 if [ "$allocators" = 1 ]; then
-  for a in glibc mimalloc; do
+  for a in jemalloc glibc mimalloc; do
     alloc_names+=("$a")
     port[alloc_$a]=$(free_port)
     "$work/snag-$a" proxy --listen "127.0.0.1:${port[alloc_$a]}" --upstream "127.0.0.1:$nginx_port" --seed 1 \
@@ -558,7 +569,7 @@ if [ "$allocators" = 1 ]; then
   done
   printf '\r%50s\r' '' >&2
   echo
-  echo "Allocators, under latency=0 ($idle connections; requests/s and CPU at 32 connections)"
+  echo "Allocators, plain builds under latency=0 ($idle connections; requests/s and CPU at 32 connections)"
   printf '  %-9s %13s %15s %15s %13s %15s\n' allocator "idle KiB/conn" "held, 1st close" "held, 5th close" "requests/s" "CPU/request"
   for a in "${alloc_names[@]}"; do
     read -r -a c <<<"${alloc_cycles[$a]}"
