@@ -5,7 +5,7 @@
 # both legs, snag load — and counts which branches and calls it takes; the release
 # build is then inlined and laid out by those counts, so that the code one request
 # runs sits together instead of spread over the binary. Two release builds and a
-# minute of traffic: about 15 minutes on two cores.
+# minute and a half of traffic: about 15 minutes on two cores.
 #
 #   scripts/pgo.sh [--seconds 3]    # seconds of traffic per step of the training
 #
