@@ -39,27 +39,9 @@ for tool in wrk nginx haproxy python3; do
 done
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d /tmp/snag-bench.XXXXXX)
-chmod 755 "$work" # nginx workers run as www-data and must read www/
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { # port: wait up to 10 s for something to accept on it
-  for _ in $(seq 100); do
-    python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1),0.1)" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "bench: nothing listens on port $1 after 10 s" >&2
-  cat "$work/snag.log" >&2 2>/dev/null
-  exit 1
-}
+# shellcheck source=scripts/loopback.sh
+source "$root/scripts/loopback.sh"
+loopback_setup bench
 
 plain_build="$root/target/release/snag"
 if [ "$allocators" = 1 ]; then

@@ -38,16 +38,9 @@ for tool in wrk nginx python3; do
   command -v "$tool" >/dev/null || { echo "pgo: $tool not found; run scripts/install-deps.sh" >&2; exit 2; }
 done
 
-work=$(mktemp -d /tmp/snag-pgo.XXXXXX)
-chmod 755 "$work" # nginx workers run as www-data and must read www/
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)"
+# shellcheck source=scripts/loopback.sh
+source "$root/scripts/loopback.sh"
+loopback_setup pgo
 
 # Each build in a target directory of its own: RUSTFLAGS differ, and a plain
 # `cargo build --release` must not rebuild everything after this. The instrumented
@@ -59,17 +52,6 @@ RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$root/target/pgo-gen/profiles" \
   cargo build --release -q --target-dir target/pgo-gen
 gen=target/pgo-gen/release/snag
 export LLVM_PROFILE_FILE="$work/profiles/snag-%p.profraw"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { # port: wait up to 10 s for something to accept on it
-  for _ in $(seq 100); do
-    python3 -c "import socket; socket.create_connection(('127.0.0.1',$1),0.1)" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "pgo: nothing listens on port $1 after 10 s" >&2
-  cat "$work/snag.log" >&2 2>/dev/null
-  exit 1
-}
 
 # The origin: nginx with a small page and a 4 MiB file, as in scripts/bench.sh.
 nginx_port=$(free_port)
